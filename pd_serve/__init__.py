@@ -1,0 +1,20 @@
+"""pd-serve: LLM serving on Ray with prefill and decode colocated or disaggregated per request."""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["deploy", "Deployment", "GenerateResult", "InvalidRequestError", "ConfigError"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: `import pd_serve` stays fast; Ray and vLLM load only when a deployment starts.
+    if name in ("deploy", "Deployment"):
+        from pd_serve import deployment
+        return getattr(deployment, name)
+    if name in ("GenerateResult", "InvalidRequestError"):
+        from pd_serve import request
+        return getattr(request, name)
+    if name == "ConfigError":
+        from pd_serve.config import ConfigError
+        return ConfigError
+    raise AttributeError(name)

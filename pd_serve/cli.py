@@ -1,0 +1,99 @@
+"""The `pd-serve` command: up, generate, demo, cost."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+
+DEFAULT_CONFIG = "configs/hybrid.yaml"
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from pd_serve import deploy
+
+    dep = deploy(args.config, address=args.address)
+    print(f"pd-serve: deployment '{dep.config.name}' ready in {dep.start_s:.1f}s with workers "
+          + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()), flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        stop.wait()
+    finally:
+        print("pd-serve: shutting down", flush=True)
+        dep.shutdown()
+    return 0
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from pd_serve import deploy
+    from pd_serve.report import RESULT_HEADERS, format_table, result_row
+
+    with deploy(args.config, address=args.address) as dep:
+        r = None
+        for item in dep.stream(prompt=args.prompt, max_tokens=args.max_tokens,
+                               temperature=args.temperature, route=args.route):
+            if item["type"] == "result":
+                r = item["result"]
+        assert r is not None
+        print(r.text)
+        print(format_table(RESULT_HEADERS, [result_row("prompt", args.route, r)]))
+        if args.json:
+            print(json.dumps(r.to_dict()))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pd_serve.demo import run_demo
+    return run_demo(args.config, args.max_tokens)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="pd-serve", description="LLM serving on Ray, prefill and "
+                                 "decode colocated or disaggregated per request")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="deploy and serve until interrupted")
+    up.add_argument("--config", default=DEFAULT_CONFIG)
+    up.add_argument("--address", default=None, help="Ray cluster to join (default: start one)")
+    up.set_defaults(func=_cmd_up)
+    gen = sub.add_parser("generate", help="deploy, run one prompt, print the result, tear down")
+    gen.add_argument("prompt")
+    gen.add_argument("--config", default=DEFAULT_CONFIG)
+    gen.add_argument("--address", default=None)
+    gen.add_argument("--max-tokens", type=int, default=16)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--route", default="auto", choices=["auto", "colocated", "disaggregated"])
+    gen.add_argument("--json", action="store_true", help="also print the result as JSON")
+    gen.set_defaults(func=_cmd_generate)
+    demo = sub.add_parser("demo", help="a local deployment serving a few requests on each route")
+    demo.add_argument("--config", default=DEFAULT_CONFIG)
+    demo.add_argument("--max-tokens", type=int, default=16)
+    demo.set_defaults(func=_cmd_demo)
+    cost = sub.add_parser("cost", help="FLOPs and predicted TTFT per prompt length", add_help=False)
+    cost.set_defaults(func=None)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "cost":  # the cost model's own parser owns its flags
+        from schedulers.cost_report import main as cost_main
+        return cost_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from pd_serve.config import ConfigError
+    from pd_serve.request import InvalidRequestError
+    try:
+        return args.func(args)
+    except (ConfigError, InvalidRequestError) as err:
+        print(f"pd-serve: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""`deploy(config)`: start workers and the router on Ray, warm every P->D handshake, hand back
+a Deployment that generates, streams and shuts everything down again.
+
+The builder reads: validate the config -> resolve model and device -> start worker actors
+(all engines start in parallel) -> start the router -> warm handshakes -> ready.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from pd_serve.config import DeploymentConfig, as_config
+from pd_serve.request import GenerateResult, InvalidRequestError, make_request
+from pd_serve.worker import EngineWorker, WorkerInfo, WorkerSpec
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "pd_serve"
+WORKER_SHUTDOWN_TIMEOUT_S = 30
+
+
+def resolve_model(model: str) -> str:
+    if model == "default":
+        from pd_serve.default_model import ensure_default_model
+        return ensure_default_model()
+    return os.path.expanduser(model) if os.path.exists(os.path.expanduser(model)) else model
+
+
+def init_ray(address: str | None = None, namespace: str = NAMESPACE) -> bool:
+    """Connect to `address` (or RAY_ADDRESS), else start a local cluster. True if we started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # listeners on loopback
+    started = not (address or os.environ.get("RAY_ADDRESS"))
+    ray.init(address=address, namespace=namespace, include_dashboard=False,
+             log_to_driver=os.environ.get("PD_SERVE_RAY_LOGS", "0") == "1",
+             ignore_reinit_error=True)
+    return started
+
+
+@dataclass
+class Deployment:
+    """A running deployment: handles to the router and workers, and what it took to start."""
+
+    config: DeploymentConfig
+    router: Any
+    workers: dict[str, Any]
+    infos: dict[str, WorkerInfo]
+    start_s: float
+    handshake_s: dict[str, float]
+    owns_ray: bool
+    child_pids: list[int] = field(default_factory=list)
+    max_model_len: int = 0
+    vocab_size: int = 0
+    _closed: bool = False
+
+    # ---- requests --------------------------------------------------------------------------
+    def stream(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
+               max_tokens: int = 16, temperature: float = 0.0, ignore_eos: bool = False,
+               route: str = "auto", **kw: Any) -> Iterator[dict]:
+        """Yield `{"type": "token", "token_ids": [...], "t": ...}` as tokens come, then one
+        `{"type": "result", "result": GenerateResult}`."""
+        import ray
+
+        req = make_request(prompt, prompt_token_ids, max_tokens, temperature, ignore_eos, route, **kw)
+        gen = self.router.generate.options(num_returns="streaming").remote(req)
+        timeout = self.config.router.request_timeout_s
+        for ref in gen:
+            try:
+                item = ray.get(ref, timeout=timeout)
+            except ray.exceptions.RayTaskError as err:
+                # Bad input is the caller's error: raise it as itself, not wrapped in Ray's trace.
+                if isinstance(err.cause, InvalidRequestError):
+                    raise err.cause from None
+                raise
+            if item["type"] == "result":
+                item = {"type": "result", "result": GenerateResult(**item["result"])}
+            yield item
+
+    def generate(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
+                 max_tokens: int = 16, temperature: float = 0.0, ignore_eos: bool = False,
+                 route: str = "auto", **kw: Any) -> GenerateResult:
+        """Run one request to completion and return its GenerateResult."""
+        result = None
+        for item in self.stream(prompt, prompt_token_ids, max_tokens, temperature, ignore_eos,
+                                route, **kw):
+            if item["type"] == "result":
+                result = item["result"]
+        assert result is not None, "router ended the stream without a result"
+        return result
+
+    def status(self) -> dict:
+        import ray
+        return ray.get(self.router.status.remote())
+
+    def worker_loads(self) -> dict[str, dict]:
+        """Each live worker's load as its engine reports it."""
+        import ray
+        out = {}
+        for wid, w in self.workers.items():
+            try:
+                out[wid] = ray.get(w.load.remote(), timeout=10)
+            except Exception as err:  # a dead worker has no load; say so rather than hide it
+                out[wid] = {"error": type(err).__name__}
+        return out
+
+    # ---- teardown ----------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Stop the router, every engine and its processes, and Ray if deploy() started it."""
+        import ray
+
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            ray.kill(self.router)
+        except Exception:
+            pass
+        refs = {wid: w.shutdown.remote() for wid, w in self.workers.items()}
+        for wid, ref in refs.items():
+            try:
+                ray.get(ref, timeout=WORKER_SHUTDOWN_TIMEOUT_S)
+            except Exception as err:
+                logger.info("worker %s did not shut down cleanly: %s", wid, type(err).__name__)
+        for w in self.workers.values():
+            try:
+                ray.kill(w)
+            except Exception:
+                pass
+        _reap(self.child_pids)
+        if self.owns_ray:
+            ray.shutdown()
+
+    def __enter__(self) -> "Deployment":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _reap(pids: list[int], timeout_s: float = 10.0) -> None:
+    """Engine processes whose actor was killed before it could stop them: terminate, then kill."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _worker_specs(config: DeploymentConfig, model: str, tokenizer: str | None, device: str,
+                  single_node: bool, num_cores: int) -> list[WorkerSpec]:
+    specs = []
+    order = [r for r in ("prefill", "decode", "both") if r in config.workers]
+    for role in order:
+        rc = config.workers[role]
+        for i in range(rc.count):
+            core = len(specs) % num_cores if device == "cpu" and single_node else None
+            specs.append(WorkerSpec(
+                worker_id=f"{role}-{i}", role=role, model=model, tokenizer=tokenizer,
+                engine=rc.engine, device=device, transfer_backend=config.transfer.backend,
+                abort_timeout_s=config.transfer.abort_timeout_s, single_node=single_node,
+                cpu_core=core))
+    return specs
+
+
+def _actor_options(config: DeploymentConfig, spec: WorkerSpec, name_prefix: str | None) -> dict:
+    res = config.workers[spec.role].resources
+    opts: dict[str, Any] = {"num_cpus": res.num_cpus, "num_gpus": res.num_gpus,
+                            "max_concurrency": 1000}
+    if res.memory_gib:
+        opts["memory"] = int(res.memory_gib * 2**30)
+    if name_prefix:
+        opts.update(name=f"{name_prefix}:{spec.worker_id}", lifetime="detached")
+    tp = spec.engine.tensor_parallel_size
+    if tp > 1:  # vLLM's Ray executor places its TP ranks in the placement group it runs in
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        pg = placement_group([{"GPU": 1, "CPU": 1}] * tp, strategy="STRICT_PACK")
+        opts.update(num_gpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, placement_group_capture_child_tasks=True))
+    return opts
+
+
+def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
+           detached_name: str | None = None) -> Deployment:
+    """Start a deployment from a config (path, dict or DeploymentConfig) and wait until ready.
+
+    `detached_name`: name the actors `<name>:<worker>` in namespace `pd_serve` and let them
+    outlive this process (for `pd-serve up --detach` under Ray job submission).
+    """
+    import ray
+
+    from transfer.connector_config import resolve_backend
+
+    t0 = time.perf_counter()
+    cfg = as_config(config)
+    device = cfg.resolved_device
+    backend = resolve_backend(cfg.transfer.backend, device)
+    if backend == "nccl":
+        raise NotImplementedError("transfer.backend 'nccl' is not wired into the router yet; use 'nixl'")
+    model = resolve_model(cfg.model)
+    owns_ray = init_ray(address)
+    try:
+        single_node = len([n for n in ray.nodes() if n.get("Alive")]) == 1
+        num_cores = max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
+        specs = _worker_specs(cfg, model, cfg.tokenizer, device, single_node, num_cores)
+        actor_cls = ray.remote(EngineWorker)
+        workers = {s.worker_id: actor_cls.options(**_actor_options(cfg, s, detached_name)).remote(s)
+                   for s in specs}
+        infos = dict(zip(workers, ray.get([w.start.remote() for w in workers.values()])))
+        child_pids = _engine_child_pids(workers)
+        from pd_serve.router import Router
+
+        router_opts: dict[str, Any] = {"num_cpus": cfg.router.num_cpus, "max_concurrency": 10000}
+        if detached_name:
+            router_opts.update(name=f"{detached_name}:router", lifetime="detached")
+        router = ray.remote(Router).options(**router_opts).remote(
+            cfg, workers, infos, cfg.tokenizer or model)
+        ready = ray.get(router.ready.remote())
+        handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
+    except BaseException:
+        if owns_ray:
+            ray.shutdown()
+        raise
+    dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
+                     child_pids, ready["max_model_len"], ready["vocab_size"])
+    logger.info("deployment %s ready in %.1fs (%d workers)", cfg.name, dep.start_s, len(workers))
+    return dep
+
+
+def _engine_child_pids(workers: dict[str, Any]) -> list[int]:
+    import ray
+    return [pid for pids in ray.get([w.child_pids.remote() for w in workers.values()]) for pid in pids]

@@ -1,0 +1,240 @@
+"""A pd-serve worker: one vLLM AsyncLLM engine inside one Ray actor.
+
+Role `prefill` runs prompts for others (max_tokens=1, do_remote_decode) and holds their KV blocks
+until a decode worker has read them; `decode` pulls KV blocks over the connector and decodes;
+`both` also prefills locally with chunked prefill. Every worker carries the KV connector
+(`kv_both`), so any worker can take either side of a transfer when the router asks.
+
+The actor is async: `generate` is a streaming generator the router iterates token by token; the
+engine's own statistics (engine_stats.py) give load, per-step timings and transfer records.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from pd_serve.config import EngineConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to start its engine; built by the deployment, sent to the actor."""
+
+    worker_id: str
+    role: str
+    model: str
+    tokenizer: str | None
+    engine: EngineConfig
+    device: str
+    transfer_backend: str
+    abort_timeout_s: int
+    single_node: bool
+    cpu_core: int | None = None  # CPU only: the core this engine's OpenMP threads are pinned to
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a started worker reports back (typed record across the actor boundary)."""
+
+    worker_id: str
+    role: str
+    engine_id: str
+    node_ip: str
+    side_channel_port: int
+    vocab_size: int
+    max_model_len: int
+    block_size: int
+    hf_config: dict
+    kv_dtype: str
+    start_s: float
+    pid: int
+
+
+def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    e = spec.engine
+    kwargs: dict[str, Any] = dict(
+        model=spec.model,
+        tokenizer=spec.tokenizer or spec.model,
+        dtype=e.dtype,
+        max_model_len=e.max_model_len,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        max_num_seqs=e.max_num_seqs,
+        block_size=e.block_size,
+        enable_chunked_prefill=e.enable_chunked_prefill,
+        enable_prefix_caching=e.enable_prefix_caching,
+        enforce_eager=e.enforce_eager,
+        tensor_parallel_size=e.tensor_parallel_size,
+        kv_transfer_config=kv_transfer_config,
+        enable_logging_iteration_details=True,  # per-step timings for calibration and load
+        seed=0,
+    )
+    if e.long_prefill_token_threshold:
+        kwargs["long_prefill_token_threshold"] = e.long_prefill_token_threshold
+    if spec.device == "gpu":
+        kwargs["kv_cache_memory_bytes"] = int(e.kv_cache_gib * 2**30)
+    if e.tensor_parallel_size > 1:
+        kwargs["distributed_executor_backend"] = "ray"  # TP ranks in the deployment's placement group
+    kwargs.update(e.extra)
+    return AsyncEngineArgs(**kwargs)
+
+
+class EngineWorker:
+    """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.engine = None
+        self.info: WorkerInfo | None = None
+        self.num_inflight = 0
+        self.num_queued_prefill_tokens = 0
+        self._stats = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> WorkerInfo:
+        """Configure the connector on this node, then start the engine (tens of seconds on CPU)."""
+        import ray
+
+        from transfer.connector_config import connector_settings
+
+        t0 = time.perf_counter()
+        spec = self.spec
+        node_ip = ray.util.get_node_ip_address()
+        engine_id = f"{spec.worker_id}-{os.getpid()}"
+        conn = connector_settings(spec.transfer_backend, spec.device, engine_id, node_ip,
+                                  spec.abort_timeout_s, spec.single_node)
+        os.environ.update(conn.env)
+        if spec.device == "cpu":
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(spec.engine.kv_cache_gib)))
+            if spec.cpu_core is not None:
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(spec.cpu_core)
+        # vLLM's INFO stat logger would print every step once iteration details are on.
+        logging.getLogger("vllm.v1.metrics.loggers").setLevel(logging.WARNING)
+
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from pd_serve.engine_stats import EngineStatsCollector, stat_logger_factory
+
+        self._stats = EngineStatsCollector()
+        args = _engine_args(spec, conn.kv_transfer_config)
+        self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory(self._stats)])
+        cfg = self.engine.vllm_config
+        hf = cfg.model_config.hf_config.to_dict()
+        self.info = WorkerInfo(
+            worker_id=spec.worker_id, role=spec.role, engine_id=engine_id, node_ip=node_ip,
+            side_channel_port=conn.side_channel_port,
+            vocab_size=cfg.model_config.get_vocab_size(),
+            max_model_len=cfg.model_config.max_model_len,
+            block_size=cfg.cache_config.block_size,
+            hf_config=hf, kv_dtype=str(cfg.model_config.dtype).replace("torch.", ""),
+            start_s=time.perf_counter() - t0, pid=os.getpid())
+        await self._warm_up()
+        logger.info("worker %s (%s) started in %.1fs", spec.worker_id, spec.role, self.info.start_s)
+        return self.info
+
+    async def _warm_up(self) -> None:
+        """Run one full-budget prefill so the first real request does not pay for first-use
+        allocations and kernel selection; then drop it from the prefix cache."""
+        e = self.spec.engine
+        n = max(1, min(e.max_num_batched_tokens, e.max_model_len - 2, 4096))
+        vocab = self.info.vocab_size
+        ids = [(31 * k + 7) % vocab for k in range(n)]
+        async for _ in self.generate(f"warmup-{self.spec.worker_id}", ids, {"max_tokens": 2}):
+            pass
+        await self.engine.reset_prefix_cache()
+
+    async def shutdown(self) -> None:
+        """Stop the engine and its processes (the actor itself is then killed by the caller)."""
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None
+
+    # ---- requests --------------------------------------------------------------------------
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: dict,
+                       kv_transfer_params: dict | None = None) -> AsyncIterator[dict]:
+        """Stream one request: a dict per engine output with the new tokens and their time.
+
+        `params`: max_tokens, temperature, ignore_eos, seed, top_p. `kv_transfer_params` makes it
+        the prefill half (do_remote_decode) or the decode half (from the prefill's output).
+        """
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        assert self.engine is not None, "worker not started"
+        sp = SamplingParams(
+            max_tokens=int(params["max_tokens"]),
+            temperature=float(params.get("temperature", 0.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            ignore_eos=bool(params.get("ignore_eos", False)),
+            seed=params.get("seed"),
+            output_kind=RequestOutputKind.DELTA,
+            extra_args={"kv_transfer_params": kv_transfer_params} if kv_transfer_params else None,
+        )
+        is_remote_decode = bool(kv_transfer_params and kv_transfer_params.get("do_remote_prefill"))
+        is_local_prefill = not is_remote_decode
+        t_submit = time.time()
+        self.num_inflight += 1
+        if is_local_prefill:
+            self.num_queued_prefill_tokens += len(prompt_token_ids)
+        first = True
+        try:
+            async for out in self.engine.generate({"prompt_token_ids": prompt_token_ids}, sp,
+                                                  request_id):
+                comp = out.outputs[0]
+                item = {"token_ids": list(comp.token_ids), "t": time.time(),
+                        "finished": out.finished, "finish_reason": comp.finish_reason}
+                if first:
+                    first = False
+                    if is_local_prefill:
+                        self.num_queued_prefill_tokens -= len(prompt_token_ids)
+                    item["num_cached_tokens"] = out.num_cached_tokens or 0
+                    if is_remote_decode:
+                        item["transfers"] = [vars(r) for r in self._stats.transfers_since(t_submit)]
+                if out.finished:
+                    item["kv_transfer_params"] = out.kv_transfer_params
+                yield item
+        finally:
+            self.num_inflight -= 1
+            if first and is_local_prefill:
+                self.num_queued_prefill_tokens -= len(prompt_token_ids)
+
+    async def abort(self, request_id: str) -> None:
+        if self.engine is not None:
+            await self.engine.abort(request_id)
+
+    # ---- observation -----------------------------------------------------------------------
+    async def health(self) -> bool:
+        if self.engine is None:
+            return False
+        await self.engine.check_health()
+        return True
+
+    async def load(self) -> dict:
+        """Running and waiting requests, KV usage (engine's view) and in-flight count (ours)."""
+        snap = self._stats.snapshot() if self._stats else {}
+        snap.update(worker_id=self.spec.worker_id, role=self.spec.role,
+                    num_inflight=self.num_inflight,
+                    num_queued_prefill_tokens=self.num_queued_prefill_tokens)
+        return snap
+
+    async def steps(self, since_t: float = 0.0) -> list[dict]:
+        """Per-step timings from the engine (token counts and elapsed seconds)."""
+        return self._stats.recent_steps(since_t) if self._stats else []
+
+    async def reset_prefix_cache(self) -> bool:
+        return await self.engine.reset_prefix_cache()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def child_pids(self) -> list[int]:
+        """The engine's processes (EngineCore and its workers), for reaping after a hard kill."""
+        import psutil
+        return [p.pid for p in psutil.Process().children(recursive=True)]

@@ -1,0 +1,113 @@
+"""Per-request choice between colocated and disaggregated from predicted costs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from schedulers.candidates import all_pairs, by_preference
+from schedulers.route_prediction import RoutePrediction, RoutePredictor
+from schedulers.slo import SloTable
+from schedulers.step_time import StepTimeModel
+from schedulers.types import (ROLE_BOTH, ROLE_DECODE, ROUTE_COLOCATED, ClusterView, Decision,
+                              LinkEstimate, NoCandidateError, RequestInfo)
+
+
+def _candidate_key(p: RoutePrediction) -> tuple:
+    """Within a route: SLO-meeting first, lowest TTFT among them; else least violation; then load."""
+    return ((0, p.ttft_s) if p.meets_slo else (1, p.violation)) + (p.decode_worker.load_key,)
+
+
+def _route_key(p: RoutePrediction) -> tuple:
+    """Between routes: SLO-meeting first, least engine time among them (colocated wins ties);
+    else least violation."""
+    tie_break = p.route != ROUTE_COLOCATED
+    return (0, p.engine_s, tie_break) if p.meets_slo else (1, p.violation, tie_break)
+
+
+def _summary(p: RoutePrediction) -> str:
+    parts = f"queue {p.prefill.queue_s:.3f} + prefill {p.prefill.prefill_s:.3f}"
+    if p.prefill_worker is not None:
+        parts += f" + transfer {p.transfer_s:.3f} + first step {p.first_step_s:.3f}"
+    verdict = "meets" if p.meets_slo else "misses"
+    return (f"{p.route} on {p.where}: TTFT {p.ttft_s:.3f} s ({parts}) vs SLO {p.ttft_slo_s:.3f} s, "
+            f"ITL inflicted {p.prefill.itl_s:.3f} s vs TPOT SLO {p.tpot_slo_s:.3f} s, "
+            f"engine {p.engine_s:.3f} s: {verdict}")
+
+
+@dataclass(frozen=True)
+class AdaptivePolicy:
+    """Route each request to the candidate whose predictions best fit its SLOs.
+
+    For every healthy colocated worker W and every (prefill, decode) pair P != D with a link
+    estimate (see `route_prediction`):
+        ok(c) = TTFT(c) <= TTFT SLO and ITL inflicted(c) <= TPOT SLO
+    Best of each route: ok with the lowest TTFT, else the least violation
+    max(TTFT / SLO, ITL / TPOT SLO). Between routes: if both are ok, the lower engine time (ties
+    colocated); if one is ok, it; else the least violation.
+
+    `default_link`: used for pairs the view has no estimate for; None skips such pairs.
+    """
+
+    step_model: StepTimeModel
+    slo_table: SloTable = field(default_factory=SloTable)
+    chunk_tokens: int = 2048
+    decode_context_tokens: int = 1024
+    default_link: LinkEstimate | None = None
+    name: str = "adaptive"
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens <= 0 or self.decode_context_tokens < 0:
+            raise ValueError("chunk_tokens must be > 0 and decode_context_tokens >= 0")
+
+    def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
+        candidates = self._colocated(request, view) + self._disaggregated(request, view)
+        if not candidates:
+            raise NoCandidateError(f"request {request.request_id}: no healthy decode-capable worker")
+        best_by_route = {}
+        for c in sorted(candidates, key=_candidate_key):
+            best_by_route.setdefault(c.route, c)
+        chosen = min(best_by_route.values(), key=_route_key)
+        return self._decision(chosen, [p for p in best_by_route.values() if p is not chosen], view)
+
+    def _slos(self, request: RequestInfo) -> tuple[float, float]:
+        return self.slo_table.for_request(request)
+
+    def _predictor(self) -> RoutePredictor:
+        return RoutePredictor(self.step_model, self.chunk_tokens, self.decode_context_tokens)
+
+    def _colocated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
+        workers = by_preference(view.healthy((ROLE_BOTH, ROLE_DECODE)), (ROLE_BOTH, ROLE_DECODE))
+        predictor, slos = self._predictor(), self._slos(request)
+        return [predictor.colocated(request, w, slos) for w in workers]
+
+    def _disaggregated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
+        predictor, slos = self._predictor(), self._slos(request)
+        kv_bytes = (view.kv_bytes_per_token * request.num_prompt_tokens if view.kv_bytes_per_token
+                    else self.step_model.kv.bytes_for_tokens(request.num_prompt_tokens))
+        parts = {}
+        predictions = []
+        for prefill, decode in all_pairs(view):
+            link = view.link(prefill.worker_id, decode.worker_id) or self.default_link
+            if link is None:
+                continue
+            if prefill.worker_id not in parts:
+                parts[prefill.worker_id] = predictor.prefill_on(request, prefill)
+            predictions.append(predictor.disaggregated(request, prefill, decode, parts[prefill.worker_id],
+                                                       link, kv_bytes, slos))
+        return predictions
+
+    def _decision(self, chosen: RoutePrediction, others: Sequence[RoutePrediction],
+                  view: ClusterView) -> Decision:
+        predictions = {"ttft_slo_s": chosen.ttft_slo_s, "tpot_slo_s": chosen.tpot_slo_s}
+        for p in (chosen, *others):
+            predictions.update(p.as_dict())
+        reason = "chose " + _summary(chosen)
+        if others:
+            reason += "; rather than " + "; ".join(_summary(p) for p in others)
+        elif not all_pairs(view):
+            reason += "; no prefill/decode pair to disaggregate"
+        else:
+            reason += f"; no link estimate for any of {len(all_pairs(view))} prefill/decode pairs"
+        prefill_id = chosen.prefill_worker.worker_id if chosen.prefill_worker else None
+        return Decision(chosen.route, chosen.decode_worker.worker_id, prefill_id, reason + ".",
+                        chosen.ttft_s, predictions)

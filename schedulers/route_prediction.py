@@ -1,0 +1,129 @@
+"""Predicted TTFT, interference and engine time of serving one request on one candidate route.
+
+For a worker W that prefills the request (chunks of `chunk_tokens`, alongside the decodes
+running on W, each assumed at `decode_context_tokens` of context):
+
+    queue_s    = sum of the step times that prefill W's queued prompt tokens
+    prefill_s  = sum of the step times of the request's own chunks
+    itl_s      = the longest of those steps: the inter-token gap W's running decodes see
+                 (0 when nothing decodes on W)
+    extra_itl_s = itl_s minus W's decode-only step: what the prefill adds to that gap
+    engine_s   = prefill_s minus what those steps would have cost for the decodes alone
+
+Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples the first token)
+Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s + first_step_s(D)
+    transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
+    first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
+                   decode side recomputes it) and samples the first token, beside D's decodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schedulers.step_time import StepTimeModel
+from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED, LinkEstimate,
+                              RequestInfo, WorkerView)
+
+
+@dataclass(frozen=True)
+class PrefillPart:
+    """The prefill of one request on one worker (seconds)."""
+
+    queue_s: float
+    prefill_s: float
+    itl_s: float
+    extra_itl_s: float
+    engine_s: float
+
+
+@dataclass(frozen=True)
+class RoutePrediction:
+    """One candidate's predictions (seconds) against the request's SLOs (seconds)."""
+
+    route: str
+    decode_worker: WorkerView
+    prefill_worker: WorkerView | None
+    prefill: PrefillPart
+    transfer_s: float
+    first_step_s: float
+    engine_s: float
+    ttft_slo_s: float
+    tpot_slo_s: float
+
+    @property
+    def ttft_s(self) -> float:
+        return self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.first_step_s
+
+    @property
+    def violation(self) -> float:
+        """max(TTFT / TTFT SLO, ITL inflicted / TPOT SLO): at most 1 means both SLOs hold."""
+        return max(self.ttft_s / self.ttft_slo_s, self.prefill.itl_s / self.tpot_slo_s)
+
+    @property
+    def meets_slo(self) -> bool:
+        return self.violation <= 1.0
+
+    @property
+    def where(self) -> str:
+        if self.prefill_worker is None:
+            return self.decode_worker.worker_id
+        return f"{self.prefill_worker.worker_id}->{self.decode_worker.worker_id}"
+
+    def as_dict(self) -> dict[str, float]:
+        """Named predictions, keys prefixed with the route."""
+        values = {"ttft_s": self.ttft_s, "queue_s": self.prefill.queue_s,
+                  "prefill_s": self.prefill.prefill_s, "transfer_s": self.transfer_s,
+                  "first_step_s": self.first_step_s, "itl_s": self.prefill.itl_s,
+                  "extra_itl_s": self.prefill.extra_itl_s,
+                  "engine_s": self.engine_s, "violation": self.violation}
+        return {f"{self.route}.{k}": v for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class RoutePredictor:
+    """Predicts candidates with a step-time model.
+
+    `chunk_tokens`: prefill tokens per iteration (vLLM's max_num_batched_tokens).
+    `decode_context_tokens`: assumed context of every running request (the view has no lengths).
+    """
+
+    step_model: StepTimeModel
+    chunk_tokens: int = 2048
+    decode_context_tokens: int = 1024
+
+    def decode_contexts(self, worker: WorkerView) -> list[int]:
+        """Contexts of the requests decoding on `worker` (none on a prefill-only worker)."""
+        if worker.role == ROLE_PREFILL:
+            return []
+        return [self.decode_context_tokens] * worker.num_running
+
+    def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
+        """The request's queue wait and chunked prefill on `worker`."""
+        model, decodes = self.step_model, self.decode_contexts(worker)
+        queue_s = sum(model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
+                                                    self.chunk_tokens, decodes))
+        # vLLM computes at least the last prompt token, even on a full prefix-cache hit.
+        num_new = max(1, request.num_uncached_tokens)
+        num_context = max(0, request.num_prompt_tokens - num_new)
+        steps_s = model.chunked_prefill_steps_s(num_new, num_context, self.chunk_tokens, decodes)
+        decode_only_s = model.predict(0, 0, decodes)
+        itl_s = max(steps_s) if (steps_s and decodes) else 0.0
+        extra_itl_s = itl_s - decode_only_s if itl_s else 0.0
+        engine_s = sum(steps_s) - decode_only_s * len(steps_s)
+        return PrefillPart(queue_s, sum(steps_s), itl_s, extra_itl_s, engine_s)
+
+    def colocated(self, request: RequestInfo, worker: WorkerView,
+                  slos: tuple[float, float]) -> RoutePrediction:
+        part = self.prefill_on(request, worker)
+        return RoutePrediction(ROUTE_COLOCATED, worker, None, part, 0.0, 0.0, part.engine_s, *slos)
+
+    def disaggregated(self, request: RequestInfo, prefill: WorkerView, decode: WorkerView,
+                      part: PrefillPart, link: LinkEstimate, kv_bytes: int,
+                      slos: tuple[float, float]) -> RoutePrediction:
+        """`part`: `prefill_on(request, prefill)`; `kv_bytes`: the prompt's KV bytes to ship."""
+        decodes = self.decode_contexts(decode)
+        last_token_context = max(0, request.num_prompt_tokens - 1)
+        first_step_s = self.step_model.predict(1, last_token_context, decodes)
+        first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes)
+        return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, link.predict_s(kv_bytes),
+                               first_step_s, part.engine_s + first_step_engine_s, *slos)

@@ -1,0 +1,128 @@
+"""The records a policy reads and returns, and the policy interface.
+
+The router (a Ray actor) fills `RequestInfo` and `ClusterView` from its own bookkeeping and the
+engines' stats, calls `policy.decide(request, view)`, and acts on the `Decision`. All records are
+immutable; a policy never mutates them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Protocol
+
+ROLE_PREFILL = "prefill"
+ROLE_DECODE = "decode"
+ROLE_BOTH = "both"
+ROLES = (ROLE_PREFILL, ROLE_DECODE, ROLE_BOTH)
+
+ROUTE_COLOCATED = "colocated"
+ROUTE_DISAGGREGATED = "disaggregated"
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """One request as the router sees it on arrival.
+
+    `num_cached_tokens`: prompt tokens expected to hit the prefix cache (0: none known).
+    `ttft_slo_s` / `tpot_slo_s`: seconds; None means "from the SLO table by length bucket".
+    """
+
+    request_id: str
+    num_prompt_tokens: int
+    max_tokens: int
+    num_cached_tokens: int = 0
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+
+    @property
+    def num_uncached_tokens(self) -> int:
+        """Prompt tokens that must be prefilled: prompt minus cached, never below 0."""
+        return max(0, self.num_prompt_tokens - self.num_cached_tokens)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    """One engine's state as last seen by the router.
+
+    `role`: "prefill" | "decode" | "both". Counts are requests unless named `_tokens`;
+    `kv_cache_usage` is the engine's used fraction 0..1.
+    """
+
+    worker_id: str
+    role: str
+    is_healthy: bool = True
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    num_inflight: int = 0
+    num_queued_prefill_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"worker {self.worker_id!r}: role {self.role!r} is not one of {ROLES}")
+
+    @property
+    def load_key(self) -> tuple[int, int, float, str]:
+        """Sort key, least loaded first: router's in-flight count, then the engine's running +
+        waiting, then KV usage; the id breaks ties so choices are deterministic."""
+        return (self.num_inflight, self.num_waiting + self.num_running, self.kv_cache_usage, self.worker_id)
+
+
+@dataclass(frozen=True)
+class LinkEstimate:
+    """A P->D link's fitted transfer time `t(bytes) = alpha_s + bytes / beta_bytes_per_s`."""
+
+    alpha_s: float
+    beta_bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        if self.alpha_s < 0 or self.beta_bytes_per_s <= 0:
+            raise ValueError(f"LinkEstimate needs alpha_s >= 0 and beta_bytes_per_s > 0, got "
+                             f"{self.alpha_s}, {self.beta_bytes_per_s}")
+
+    def predict_s(self, num_bytes: int) -> float:
+        """Seconds to move `num_bytes` over this link."""
+        return self.alpha_s + num_bytes / self.beta_bytes_per_s
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The workers, the P->D links measured so far, and the model's KV bytes per token (0: unknown)."""
+
+    workers: tuple[WorkerView, ...]
+    links: Mapping[tuple[str, str], LinkEstimate] = field(default_factory=dict)
+    kv_bytes_per_token: int = 0
+
+    def healthy(self, roles: Iterable[str]) -> list[WorkerView]:
+        """Healthy workers whose role is in `roles`, in view order."""
+        wanted = set(roles)
+        return [w for w in self.workers if w.is_healthy and w.role in wanted]
+
+    def link(self, prefill_id: str, decode_id: str) -> LinkEstimate | None:
+        return self.links.get((prefill_id, decode_id))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request goes and why.
+
+    `route`: "colocated" | "disaggregated". `decode_worker` decodes (and prefills when colocated);
+    `prefill_worker` is None when colocated. `reason`: one sentence with the deciding numbers.
+    `predictions`: named predicted quantities (seconds unless named otherwise).
+    """
+
+    route: str
+    decode_worker: str
+    prefill_worker: str | None
+    reason: str
+    predicted_ttft_s: float | None = None
+    predictions: Mapping[str, float] = field(default_factory=dict)
+
+
+class NoCandidateError(RuntimeError):
+    """No healthy worker can serve this route."""
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, request: RequestInfo, view: ClusterView) -> Decision: ...

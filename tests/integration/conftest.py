@@ -1,0 +1,12 @@
+"""Shared set-up for integration tests: real vLLM engines in Ray actors on this machine's CPUs."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # every Ray listener on loopback
+os.environ.setdefault("PD_SERVE_DEVICE", "cpu")
+
+
+def distinct_prompt(num_tokens: int, salt: int) -> list[int]:
+    """A prompt no other test uses (different salt, different tokens): no prefix-cache hits."""
+    return [(salt * 7919 + 131 * k + (k * k) % 11) % 256 for k in range(num_tokens)]

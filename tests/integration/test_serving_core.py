@@ -1,0 +1,171 @@
+"""The serving core end to end on CPU: a hybrid deployment (one prefill worker, one decode worker
+that can also prefill) with real vLLM engines in Ray actors and real NIXL KV transfer.
+
+One deployment serves the whole module (engines take ~30 s to start); the tests run in file order
+and the last ones kill the prefill worker and shut everything down.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+
+import psutil
+import pytest
+import ray
+
+from pd_serve import InvalidRequestError, deploy
+from transfer.kv_geometry import KVGeometry
+
+from .conftest import distinct_prompt
+
+pytestmark = pytest.mark.integration
+
+HANDSHAKE_PROMPT_TOKENS = 1000
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    dep = deploy("configs/hybrid.yaml")
+    # The very first request after deploy() returns, measured before anything else touches the
+    # deployment, then the steady state on prompts of the same length.
+    first = dep.generate(prompt_token_ids=distinct_prompt(HANDSHAKE_PROMPT_TOKENS, 1000),
+                         max_tokens=2, route="disaggregated")
+    steady = [dep.generate(prompt_token_ids=distinct_prompt(HANDSHAKE_PROMPT_TOKENS, 1001 + i),
+                           max_tokens=2, route="disaggregated") for i in range(3)]
+    dep.startup_probe = (first, steady)
+    yield dep
+    dep.shutdown()
+
+
+def _geometry(dep, worker_id: str) -> KVGeometry:
+    info = dep.infos[worker_id]
+    return KVGeometry.from_hf_config(info.hf_config, info.block_size, info.kv_dtype)
+
+
+def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
+    first, steady = hybrid.startup_probe
+    assert first.route == "disaggregated" and first.kv_transfer_bytes > 0
+    median = statistics.median(r.ttft_s for r in steady)
+    assert first.ttft_s <= 1.5 * median, (first.ttft_s, [r.ttft_s for r in steady])
+
+
+@pytest.mark.parametrize("num_tokens", [10, 1500, 4000])
+def test_disaggregated_returns_the_colocated_tokens(hybrid, num_tokens):
+    prompt = distinct_prompt(num_tokens, num_tokens)
+    decode = hybrid.workers["both-0"]
+    before = ray.get(decode.load.remote())
+    dis = hybrid.generate(prompt_token_ids=prompt, max_tokens=12, ignore_eos=True, route="disaggregated")
+    after = ray.get(decode.load.remote())
+    assert dis.route == "disaggregated" and dis.prefill_worker == "prefill-0"
+    assert dis.decode_worker == "both-0" and dis.fallback is None
+
+    # The KV that moved is exactly the prompt's blocks, as the engine's NIXL telemetry counted it.
+    geo = _geometry(hybrid, "both-0")
+    assert dis.kv_transfer_bytes == geo.bytes_for_tokens(num_tokens) > 0
+    assert dis.kv_transfer_s is not None and dis.kv_transfer_s > 0
+
+    # The decode worker loaded the prompt instead of computing it: vLLM's own prompt-token
+    # counters by source say so (it recomputes only the last token, to sample from it).
+    computed = after["prompt_tokens_computed"] - before["prompt_tokens_computed"]
+    external = after["prompt_tokens_external"] - before["prompt_tokens_external"]
+    assert external >= num_tokens - 1 and computed <= 1, (computed, external)
+
+    # The same prompt prefilled locally (prefix cache dropped, so it is computed again).
+    assert ray.get(decode.reset_prefix_cache.remote())
+    col = hybrid.generate(prompt_token_ids=prompt, max_tokens=12, ignore_eos=True, route="colocated")
+    assert col.route == "colocated" and col.prefill_worker is None and col.kv_transfer_bytes == 0
+    assert len(dis.token_ids) == 12
+    assert dis.token_ids == col.token_ids
+
+
+def test_streaming_yields_tokens_before_the_result(hybrid):
+    items = list(hybrid.stream(prompt="stream me", max_tokens=6, ignore_eos=True, route="colocated"))
+    tokens = [t for it in items if it["type"] == "token" for t in it["token_ids"]]
+    assert items[-1]["type"] == "result" and len(items) >= 3
+    assert tokens == items[-1]["result"].token_ids and len(tokens) == 6
+    assert items[-1]["result"].text  # detokenized
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"prompt": ""}, "prompt is empty"),
+    ({"prompt_token_ids": list(range(200)) * 41}, "max_model_len"),
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "hi", "route": "sideways"}, "unknown route"),
+    ({"prompt": "hi", "temperature": -1.0}, "temperature"),
+    ({"prompt_token_ids": [1, 2, 100000]}, "outside the vocabulary"),
+])
+def test_bad_input_gets_a_clear_error_and_service_continues(hybrid, kwargs, message):
+    with pytest.raises(InvalidRequestError, match=message):
+        hybrid.generate(**kwargs)
+    ok = hybrid.generate(prompt="still serving?", max_tokens=3, ignore_eos=True)
+    assert len(ok.token_ids) == 3
+
+
+def test_kv_cache_returns_to_zero_after_a_batch(hybrid):
+    results, errors = [], []
+
+    def one(i: int) -> None:
+        route = ("colocated", "disaggregated", "auto")[i % 3]
+        try:
+            results.append(hybrid.generate(prompt_token_ids=distinct_prompt(300 + 150 * i, 500 + i),
+                                           max_tokens=8, ignore_eos=True, route=route))
+        except Exception as err:  # collected: a failure must fail the test, not vanish in a thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(9)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors and len(results) == 9
+    assert {r.route for r in results} == {"colocated", "disaggregated"}
+    deadline = time.time() + 30
+    while True:
+        usage = {w: load["kv_cache_usage"] for w, load in hybrid.worker_loads().items()}
+        if all(u == 0.0 for u in usage.values()) or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert all(u == 0.0 for u in usage.values()), usage
+
+
+def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):
+    prompt = distinct_prompt(7000, 7)
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["result"] = hybrid.generate(prompt_token_ids=prompt, max_tokens=8, ignore_eos=True,
+                                            route="disaggregated")
+        except Exception as err:
+            box["error"] = err
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.6)  # the 7,000-token prefill takes seconds: kill the prefill worker inside it
+    ray.kill(hybrid.workers["prefill-0"], no_restart=True)
+    t.join(timeout=300)
+    assert not t.is_alive(), "request hung after the prefill worker died"
+    assert "error" not in box, box.get("error")
+    r = box["result"]
+    assert r.route == "colocated" and r.decode_worker == "both-0" and r.prefill_worker is None
+    assert r.fallback and "prefill worker prefill-0 failed" in r.fallback
+    assert len(r.token_ids) == 8
+    assert hybrid.status()["counters"]["route_fallbacks"] >= 1
+
+    # Later requests keep working, long ones included, on the surviving worker.
+    later = hybrid.generate(prompt_token_ids=distinct_prompt(3000, 8), max_tokens=4, route="auto")
+    assert later.route == "colocated" and later.decode_worker == "both-0"
+    assert hybrid.status()["workers"]["prefill-0"]["healthy"] is False
+
+
+def test_shutdown_leaves_no_engine_process_behind(hybrid):
+    pids = list(hybrid.child_pids)
+    assert pids, "the deployment should know its engine processes"
+    hybrid.shutdown()
+    deadline = time.time() + 15
+    while time.time() < deadline and any(psutil.pid_exists(p) for p in pids):
+        time.sleep(0.5)
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive
+    assert not ray.is_initialized()

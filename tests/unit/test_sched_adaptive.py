@@ -1,0 +1,129 @@
+"""The adaptive policy on Llama-3-8B / A100 roofline defaults (TTFT SLO by bucket, TPOT SLO 0.1 s).
+
+Numbers quoted in comments are the model's predictions, for orientation.
+"""
+from __future__ import annotations
+
+import pytest
+
+from schedulers.hardware import HARDWARE_SPECS
+from schedulers.model_spec import MODEL_SPECS
+from schedulers.policies import AdaptivePolicy
+from schedulers.slo import SloTable
+from schedulers.step_time import StepTimeModel
+from schedulers.types import ClusterView, LinkEstimate, NoCandidateError, RequestInfo, WorkerView
+
+MODEL = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], HARDWARE_SPECS["a100"])
+POLICY = AdaptivePolicy(MODEL)
+FAST = LinkEstimate(alpha_s=0.001, beta_bytes_per_s=25e9)
+SLOW = LinkEstimate(alpha_s=0.001, beta_bytes_per_s=1e8)
+BUSY_DECODER = WorkerView("d1", "decode", num_running=8, num_inflight=8)
+PREFILLER = WorkerView("p1", "prefill")
+
+
+def busy_view(link: LinkEstimate) -> ClusterView:
+    return ClusterView((PREFILLER, BUSY_DECODER), {("p1", "d1"): link})
+
+
+def test_short_prompt_stays_colocated_because_it_is_cheaper():
+    # 512 tokens: both meet the 0.2 s SLO; colocated rides on the decode steps (~0.038 s of
+    # engine time) where disaggregated pays its own steps (~0.047 s).
+    decision = POLICY.decide(RequestInfo("r", 512, 16), busy_view(FAST))
+    assert (decision.route, decision.decode_worker) == ("colocated", "d1")
+    assert decision.predictions["colocated.engine_s"] < decision.predictions["disaggregated.engine_s"]
+    assert "meets" in decision.reason
+
+
+def test_long_prompt_moves_off_a_busy_decoder_over_a_fast_link():
+    # 32K tokens: colocated chunks would stretch d1's 8 decoders' ITL to ~0.34 s > 0.1 s;
+    # disaggregated TTFT ~4.2 s (prefill 4.05 + transfer 0.17 + first step) meets the 5 s SLO.
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), busy_view(FAST))
+    assert (decision.route, decision.prefill_worker, decision.decode_worker) == ("disaggregated", "p1", "d1")
+    assert decision.predictions["colocated.itl_s"] > 0.1
+    assert decision.predicted_ttft_s == pytest.approx(decision.predictions["disaggregated.ttft_s"])
+    assert decision.predicted_ttft_s < 5.0
+
+
+def test_over_a_slow_link_the_least_violating_route_wins():
+    # 4.3 GB at 0.1 GB/s is ~43 s of transfer (violation ~9.4x) against colocated's ITL
+    # violation ~3.4x: neither meets, colocated violates least.
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), busy_view(SLOW))
+    assert decision.route == "colocated"
+    assert decision.predictions["colocated.violation"] < decision.predictions["disaggregated.violation"]
+    assert "misses" in decision.reason
+
+
+def test_an_idle_colocated_worker_beats_shipping_kv():
+    # b1 decodes nothing, so a local prefill hurts nobody and saves the transfer.
+    view = ClusterView((WorkerView("b1", "both"), PREFILLER, BUSY_DECODER), {("p1", "d1"): FAST})
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), view)
+    assert (decision.route, decision.decode_worker) == ("colocated", "b1")
+
+
+def test_queued_prefill_tokens_push_to_another_prefill_worker():
+    queued = WorkerView("p1", "prefill", num_queued_prefill_tokens=60_000)
+    view = ClusterView((queued, WorkerView("p2", "prefill"), BUSY_DECODER),
+                       {("p1", "d1"): FAST, ("p2", "d1"): FAST})
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), view)
+    assert decision.prefill_worker == "p2"
+
+
+def test_pairs_without_a_link_estimate_are_skipped_unless_a_default_is_given():
+    view = ClusterView((PREFILLER, BUSY_DECODER))
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), view)
+    assert decision.route == "colocated" and "no link estimate" in decision.reason
+    with_default = AdaptivePolicy(MODEL, default_link=FAST)
+    assert with_default.decide(RequestInfo("r", 32768, 16), view).route == "disaggregated"
+
+
+def test_view_kv_bytes_per_token_sizes_the_transfer():
+    view = ClusterView((PREFILLER, BUSY_DECODER), {("p1", "d1"): SLOW}, kv_bytes_per_token=1000)
+    decision = POLICY.decide(RequestInfo("r", 32768, 16), view)
+    assert decision.predictions["disaggregated.transfer_s"] == pytest.approx(0.001 + 32768 * 1000 / 1e8)
+
+
+def test_request_slo_overrides_the_table():
+    # 8000 tokens: 1 s bucket; with its own 0.5 s TTFT SLO nothing meets (prefill alone ~0.7 s).
+    decision = POLICY.decide(RequestInfo("r", 8000, 16, ttft_slo_s=0.5), busy_view(FAST))
+    assert decision.predictions["ttft_slo_s"] == 0.5
+    assert decision.predictions[f"{decision.route}.violation"] > 1
+
+
+def test_custom_slo_table_changes_the_verdict():
+    # A lax TPOT SLO (1 s) makes colocated acceptable for 32K on the busy decoder, and cheaper.
+    lax = AdaptivePolicy(MODEL, slo_table=SloTable(tpot_slo_s=1.0))
+    assert lax.decide(RequestInfo("r", 32768, 16), busy_view(FAST)).route == "colocated"
+
+
+def test_no_decode_capable_worker_raises():
+    with pytest.raises(NoCandidateError):
+        POLICY.decide(RequestInfo("r", 100, 16), ClusterView((PREFILLER,)))
+
+
+def test_predictions_are_recorded_for_both_routes():
+    decision = POLICY.decide(RequestInfo("r", 4000, 16), busy_view(FAST))
+    for route in ("colocated", "disaggregated"):
+        for quantity in ("ttft_s", "queue_s", "prefill_s", "transfer_s", "first_step_s", "itl_s",
+                         "extra_itl_s", "engine_s", "violation"):
+            assert f"{route}.{quantity}" in decision.predictions
+    assert decision.predictions["tpot_slo_s"] == 0.1
+
+
+def test_extra_itl_is_what_the_local_prefill_adds_to_the_decode_step():
+    decision = POLICY.decide(RequestInfo("r", 4000, 16), busy_view(FAST))
+    decode_only_s = MODEL.predict(0, 0, [1024] * 8)
+    p = decision.predictions
+    assert p["colocated.extra_itl_s"] == pytest.approx(p["colocated.itl_s"] - decode_only_s)
+    assert p["disaggregated.extra_itl_s"] == 0.0  # p1 decodes nothing
+
+
+def test_a_tiny_request_on_idle_workers_stays_colocated():
+    # A 1-token prompt, idle workers, a free link: both meet; colocated costs less engine time.
+    free = ClusterView((WorkerView("b1", "both"), WorkerView("b2", "both")),
+                       {("b1", "b2"): LinkEstimate(0.0, 1e30), ("b2", "b1"): LinkEstimate(0.0, 1e30)})
+    assert POLICY.decide(RequestInfo("r", 1, 1), free).route == "colocated"
+
+
+def test_a_full_prefix_hit_still_computes_the_last_token():
+    decision = POLICY.decide(RequestInfo("r", 4000, 16, num_cached_tokens=4000), busy_view(FAST))
+    assert decision.predictions["colocated.prefill_s"] == pytest.approx(MODEL.predict(1, 3999, [1024] * 8))

@@ -1,0 +1,91 @@
+"""Each worker's KV-connector settings: the only module that builds vLLM connector configs.
+
+A backend turns (backend name, device, worker identity) into two things the worker applies before
+its engine starts: the `kv_transfer_config` dict for vLLM and the environment variables the
+connector reads (side-channel host and port, UCX transport choice). Ports are allocated on the
+worker's own node at start-up, never hard-coded, so that several prefill and decode workers on one
+node do not collide.
+"""
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+BACKENDS = ("nixl", "nccl", "auto")
+
+
+class BackendUnavailableError(ValueError):
+    """The chosen transfer backend cannot run on this hardware."""
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """What one worker needs to join KV transfer: vLLM's config dict and its environment."""
+
+    backend: str
+    kv_transfer_config: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+    side_channel_host: str = ""
+    side_channel_port: int = 0
+
+
+def resolve_backend(backend: str, device: str) -> str:
+    """'auto' is NIXL everywhere (UCX picks RDMA/NVLink on GPUs, shared memory/TCP on hosts)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"transfer.backend: unknown backend {backend!r}; allowed: {list(BACKENDS)}")
+    if backend == "nccl" and device != "gpu":
+        raise BackendUnavailableError(
+            "transfer.backend 'nccl' (vLLM's P2pNcclConnector) needs GPUs; on CPU use 'nixl' "
+            "(NIXL over host memory) or 'auto'")
+    return "nixl" if backend == "auto" else backend
+
+
+def allocate_port(host: str = "127.0.0.1") -> int:
+    """A port that is free on this node now: the OS picks it, so concurrent workers differ."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def connector_settings(backend: str, device: str, engine_id: str, node_ip: str,
+                       abort_timeout_s: int, single_node: bool) -> ConnectorSettings:
+    """Settings for one worker; call on the worker's node (the port is allocated there)."""
+    name = resolve_backend(backend, device)
+    if name == "nccl":
+        return _nccl_settings(engine_id, node_ip)
+    return _nixl_settings(device, engine_id, node_ip, abort_timeout_s, single_node)
+
+
+def _nixl_settings(device: str, engine_id: str, node_ip: str, abort_timeout_s: int,
+                   single_node: bool) -> ConnectorSettings:
+    port = allocate_port(node_ip)
+    cfg = {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_both",
+        "engine_id": engine_id,
+        # On CPU the KV cache already lives in host memory; on GPU NIXL reads device memory.
+        "kv_buffer_device": "cpu" if device == "cpu" else "cuda",
+        # A failed or partial load is recomputed on the decode worker, never served as garbage.
+        "kv_load_failure_policy": "recompute",
+        # Prefill blocks whose decode never comes are released after this (vLLM's KV lease).
+        "kv_connector_extra_config": {"kv_lease_duration": int(abort_timeout_s)},
+    }
+    env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": node_ip, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(port)}
+    if device == "cpu" and single_node:
+        env["UCX_NET_DEVICES"] = "lo"  # keep host-memory transfers on loopback
+    return ConnectorSettings("nixl", cfg, env, node_ip, port)
+
+
+def _nccl_settings(engine_id: str, node_ip: str) -> ConnectorSettings:
+    port = allocate_port(node_ip)
+    cfg = {
+        "kv_connector": "P2pNcclConnector",
+        "kv_role": "kv_both",
+        "engine_id": engine_id,
+        "kv_buffer_device": "cuda",
+        "kv_port": str(port),
+        "kv_connector_extra_config": {"http_ip": node_ip},
+    }
+    return ConnectorSettings("nccl", cfg, {}, node_ip, port)
