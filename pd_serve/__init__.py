@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["deploy", "Deployment", "GenerateResult", "InvalidRequestError", "ConfigError"]
+# [frontdoors] the gRPC SDK (pd_serve/client.py)
+_CLIENT_NAMES = ("Client", "AsyncClient", "PdServeError", "InvalidArgumentError",
+                 "UnauthenticatedError", "ResourceExhaustedError", "UnavailableError",
+                 "DeadlineExceededError")
+__all__ = ["deploy", "Deployment", "GenerateResult", "InvalidRequestError", "ConfigError",
+           *_CLIENT_NAMES]
 
 
 def __getattr__(name: str) -> Any:
@@ -14,6 +19,9 @@ def __getattr__(name: str) -> Any:
     if name in ("GenerateResult", "InvalidRequestError"):
         from pd_serve import request
         return getattr(request, name)
+    if name in _CLIENT_NAMES:  # [frontdoors]
+        from pd_serve import client
+        return getattr(client, name)
     if name == "ConfigError":
         from pd_serve.config import ConfigError
         return ConfigError

@@ -73,9 +73,42 @@ class TransferConfig(_Strict):
     handshake_warmup: bool = True
 
 
+class SloConfig(_Strict):
+    """TTFT targets by prompt length (the seeds' buckets by default) and one TPOT target."""
+
+    ttft_buckets: list[tuple[Optional[int], float]] = Field(
+        default_factory=lambda: [(4096, 0.2), (16384, 1.0), (None, 5.0)],
+        description="[max prompt tokens or null, TTFT seconds], ascending, the last bound null")
+    tpot_s: float = Field(0.1, gt=0)
+
+    def table(self):
+        from schedulers.slo import SloTable
+        return SloTable(tuple((b, float(s)) for b, s in self.ttft_buckets), self.tpot_s)
+
+    @model_validator(mode="after")
+    def _valid_table(self) -> "SloConfig":
+        """The buckets must ascend and end with one unbounded bucket."""
+        self.table()
+        return self
+
+
 class SchedulerConfig(_Strict):
     policy: Literal["colocated", "disaggregated", "length_threshold", "adaptive"] = "length_threshold"
     params: dict[str, Any] = Field(default_factory=dict)
+    slo: SloConfig = Field(default_factory=SloConfig)
+    calibrate: bool = Field(True, description="fit the step-time model on the engines at start-up")
+
+    @model_validator(mode="after")
+    def _policy_params(self) -> "SchedulerConfig":
+        """Parameters must be ones the policy takes (checked without building it)."""
+        from schedulers.registry import accepted_params
+        unknown = sorted(set(self.params) - set(accepted_params(self.policy)))
+        if unknown:
+            raise ValueError(f"scheduler.params: policy {self.policy!r} does not take {unknown}; "
+                             f"it takes {accepted_params(self.policy)}")
+        if self.policy == "adaptive" and not self.calibrate:
+            raise ValueError("scheduler.calibrate: policy 'adaptive' needs the calibrated step-time model")
+        return self
 
 
 class RouterConfig(_Strict):

@@ -57,6 +57,7 @@ class Deployment:
     child_pids: list[int] = field(default_factory=list)
     max_model_len: int = 0
     vocab_size: int = 0
+    calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
     _closed: bool = False
 
     # ---- requests --------------------------------------------------------------------------
@@ -229,13 +230,14 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
                    for s in specs}
         infos = dict(zip(workers, ray.get([w.start.remote() for w in workers.values()])))
         child_pids = _engine_child_pids(workers)
+        calibration = _calibrate(workers, infos) if cfg.scheduler.calibrate else None
         from pd_serve.router import Router
 
         router_opts: dict[str, Any] = {"num_cpus": cfg.router.num_cpus, "max_concurrency": 10000}
         if detached_name:
             router_opts.update(name=f"{detached_name}:router", lifetime="detached")
         router = ray.remote(Router).options(**router_opts).remote(
-            cfg, workers, infos, cfg.tokenizer or model)
+            cfg, workers, infos, cfg.tokenizer or model, calibration.model if calibration else None)
         ready = ray.get(router.ready.remote())
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
     except BaseException:
@@ -243,9 +245,27 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
             ray.shutdown()
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
-                     child_pids, ready["max_model_len"], ready["vocab_size"])
+                     child_pids, ready["max_model_len"], ready["vocab_size"], calibration)
     logger.info("deployment %s ready in %.1fs (%d workers)", cfg.name, dep.start_s, len(workers))
     return dep
+
+
+def _calibrate(workers: dict[str, Any], infos: dict[str, WorkerInfo]):
+    """Probe every engine at once (each on its own core) and fit one step-time model to all."""
+    import ray
+
+    from pd_serve.calibration import fit_step_model
+    from transfer.kv_geometry import KVGeometry
+
+    t0 = time.perf_counter()
+    per_worker = ray.get([w.calibrate.remote(i) for i, w in enumerate(workers.values())])
+    info = next(iter(infos.values()))
+    kv = KVGeometry.from_hf_config(info.hf_config, info.block_size, info.kv_dtype)
+    cal = fit_step_model(info.hf_config, kv, [s for samples in per_worker for s in samples],
+                         time.perf_counter() - t0)
+    logger.info("step-time model calibrated on %d engine steps in %.1fs: %s", cal.num_samples,
+                cal.seconds, cal.summary())
+    return cal
 
 
 def _engine_child_pids(workers: dict[str, Any]) -> list[int]:

@@ -21,11 +21,16 @@ import uuid
 from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
+from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
 from schedulers.registry import make_policy
-from schedulers.types import ClusterView, Decision, NoCandidateError, RequestInfo, WorkerView
+from schedulers.route_prediction import RoutePredictor
+from schedulers.step_time import StepTimeModel
+from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
+                              WorkerView)
 from transfer.kv_geometry import KVGeometry
+from transfer.link_model import LinkModelRegistry, fit_link
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +50,7 @@ def _is_actor_failure(err: BaseException) -> bool:
 
 class Router:
     def __init__(self, config: DeploymentConfig, workers: dict[str, Any], infos: dict[str, WorkerInfo],
-                 tokenizer_path: str):
+                 tokenizer_path: str, step_model: StepTimeModel | None = None):
         self.config = config
         self.workers = workers
         self.infos = infos
@@ -58,13 +63,33 @@ class Router:
         self.max_model_len = min(i.max_model_len for i in infos.values())
         self.geometry = {wid: KVGeometry.from_hf_config(i.hf_config, i.block_size, i.kv_dtype)
                          for wid, i in infos.items()}
-        self.auto_policy = make_policy(config.scheduler.policy, **config.scheduler.params)
+        self.step_model = step_model
+        self.slo_table = config.scheduler.slo.table()
+        # The chunk that interferes with decodes is the decode-capable workers' token budget.
+        self.chunk_tokens = min(rc.engine.max_num_batched_tokens for role, rc in config.workers.items()
+                                if role in ("decode", "both") and rc.count > 0)
+        self.predictor = RoutePredictor(step_model, self.chunk_tokens) if step_model else None
+        self.links = LinkModelRegistry()
+        self.prediction_log: collections.deque = collections.deque(maxlen=10000)
+        self.auto_policy = self._build_auto_policy()
         self.route_policies = {"colocated": make_policy("colocated"),
                                "disaggregated": make_policy("disaggregated")}
         self.counters: collections.Counter = collections.Counter()
+        self.metrics = RouterMetrics(workers)  # [frontdoors] Prometheus, served via metrics_text()
         self._tokenizer_path = tokenizer_path
         self._tokenizer = None
         self._poll_task: asyncio.Task | None = None
+
+    def _build_auto_policy(self):
+        sched = self.config.scheduler
+        params = dict(sched.params)
+        if sched.policy == "adaptive":
+            if self.step_model is None:
+                raise ValueError("policy 'adaptive' needs the calibrated step-time model")
+            params.setdefault("step_model", self.step_model)
+            params.setdefault("slo_table", self.slo_table)
+            params.setdefault("chunk_tokens", self.chunk_tokens)
+        return make_policy(sched.policy, **params)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def ready(self) -> dict:
@@ -93,6 +118,7 @@ class Router:
                     self._mark_dead(wid, res)
             else:
                 self.loads[wid] = res
+                self.metrics.observe_load(wid, res)  # [frontdoors]
 
     def _mark_dead(self, wid: str, err: BaseException) -> None:
         if self.healthy.get(wid):
@@ -112,7 +138,26 @@ class Router:
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.queued_prefill_tokens[wid]))
         any_geo = next(iter(self.geometry.values()))
-        return ClusterView(workers=tuple(workers), kv_bytes_per_token=any_geo.bytes_per_token)
+        links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
+                 for pair in self.links.pairs() for m in [self.links.get(*pair)]}
+        return ClusterView(workers=tuple(workers), links=links, kv_bytes_per_token=any_geo.bytes_per_token)
+
+    def _predict_ttft_s(self, decision: Decision, info: RequestInfo, view: ClusterView) -> float | None:
+        """TTFT the calibrated cost model expects for the route taken, whichever policy chose it."""
+        if decision.predicted_ttft_s is not None or self.predictor is None:
+            return decision.predicted_ttft_s
+        by_id = {w.worker_id: w for w in view.workers}
+        slos = self.slo_table.for_request(info)
+        decode = by_id[decision.decode_worker]
+        if decision.route == "colocated":
+            return self.predictor.colocated(info, decode, slos).ttft_s
+        link = view.link(decision.prefill_worker, decision.decode_worker)
+        if link is None:
+            return None
+        prefill = by_id[decision.prefill_worker]
+        kv_bytes = self.geometry[decision.decode_worker].bytes_for_tokens(info.num_prompt_tokens)
+        part = self.predictor.prefill_on(info, prefill)
+        return self.predictor.disaggregated(info, prefill, decode, part, link, kv_bytes, slos).ttft_s
 
     async def status(self) -> dict:
         await self._poll_loads_once()
@@ -124,13 +169,22 @@ class Router:
             "counters": dict(self.counters),
         }
 
+    def metrics_text(self) -> str:  # [frontdoors]
+        """The Prometheus exposition of this deployment's metrics (pd_serve/metrics.py)."""
+        return self.metrics.text()
+
     # ---- requests --------------------------------------------------------------------------
     def _decide(self, req: GenerateRequest, rid: str, num_tokens: int) -> tuple[Decision, str | None]:
         info = RequestInfo(request_id=rid, num_prompt_tokens=num_tokens, max_tokens=req.max_tokens)
         view = self.view()
         policy = self.auto_policy if req.route == "auto" else self.route_policies[req.route]
         try:
-            return policy.decide(info, view), None
+            decision = policy.decide(info, view)
+            predicted = self._predict_ttft_s(decision, info, view)
+            if predicted != decision.predicted_ttft_s:
+                decision = Decision(decision.route, decision.decode_worker, decision.prefill_worker,
+                                    decision.reason, predicted, decision.predictions)
+            return decision, None
         except NoCandidateError as err:
             if req.route == "colocated":
                 raise NoWorkerAvailableError(f"no healthy worker can serve route 'colocated': {err}")
@@ -156,6 +210,9 @@ class Router:
             raise InvalidRequestError("prompt is empty after tokenization")
         check_against_model(token_ids, req.max_tokens, self.vocab_size, self.max_model_len)
         decision, fallback = self._decide(req, rid, len(token_ids))
+        self.metrics.observe_decision(decision.route, decision_reason_label(  # [frontdoors]
+            req.route, self.auto_policy.name, fallback is not None))
+        t_dispatch = time.time()  # [frontdoors] prefill timing for the metrics
         self.counters[f"route_decisions:{decision.route}"] += 1
         logger.info("request %s: %d prompt tokens, route=%s -> %s (prefill=%s decode=%s): %s",
                     rid, len(token_ids), req.route, decision.route, decision.prefill_worker,
@@ -166,6 +223,7 @@ class Router:
             kv_params, fallback = await self._remote_prefill(rid, token_ids, req, decision)
             prefill_worker = decision.prefill_worker if kv_params else None
         decode_worker = decision.decode_worker
+        t_decode_start = time.time()  # [frontdoors]
         result = GenerateResult(
             request_id=rid, token_ids=[], text="",
             route="disaggregated" if kv_params else "colocated", ttft_s=0.0, e2e_s=0.0, itl_s=[],
@@ -181,7 +239,24 @@ class Router:
             result.itl_s = [b - a for a, b in zip(result.token_times, result.token_times[1:])]
         result.text = self._tokenizer.decode(result.token_ids, skip_special_tokens=True)
         self.counters["requests_finished"] += 1
+        self._observe_actuals(result)
+        self.metrics.observe_result(result, prefill_time_s(result, t_dispatch, t_decode_start))  # [frontdoors]
         yield {"type": "result", "result": result.to_dict()}
+
+    def _observe_actuals(self, result: GenerateResult) -> None:
+        """Feed what really happened back: the link model learns every transfer."""
+        if result.route == "disaggregated" and result.kv_transfer_bytes > 0 and result.kv_transfer_s:
+            self.links.observe(result.prefill_worker, result.decode_worker, result.kv_transfer_bytes,
+                               result.kv_transfer_s)
+        if result.predicted_ttft_s is not None and result.ttft_s > 0:
+            self.prediction_log.append((result.route, result.predicted_ttft_s, result.ttft_s))
+
+    async def prediction_errors(self) -> list[tuple[str, float, float]]:
+        """(route, predicted TTFT s, actual TTFT s) of recent requests that had a prediction."""
+        return list(self.prediction_log)
+
+    async def link_models(self) -> dict:
+        return self.links.to_dict()
 
     async def _remote_prefill(self, rid: str, token_ids: list[int], req: GenerateRequest,
                               decision: Decision) -> tuple[dict | None, str | None]:
@@ -239,7 +314,8 @@ class Router:
                 if new:
                     result.token_ids.extend(new)
                     result.token_times.extend([now] * len(new))
-                    yield {"type": "token", "token_ids": new, "t": now}
+                    yield {"type": "token", "token_ids": new, "t": now,
+                           "finish_reason": item["finish_reason"] if item["finished"] else None}  # [frontdoors]
                 if item["finished"]:
                     result.finish_reason = item["finish_reason"]
         except Exception as err:
@@ -264,17 +340,31 @@ class Router:
                 if p == d:
                     continue
                 t0 = time.perf_counter()
-                ids = [(7 * k + len(out)) % min(self.vocab_size, 256) for k in range(2 * block + 1)]
-                dec = Decision(route="disaggregated", decode_worker=d, prefill_worker=p, reason="warm-up")
-                req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1)
-                kv, fb = await self._remote_prefill(f"warmup-{p}-{d}", ids, req, dec)
-                if kv is None:
-                    raise RuntimeError(f"handshake warm-up {p}->{d} failed: {fb}")
-                res = GenerateResult("w", [], "", "disaggregated", 0, 0, [], p, d, 0, None, None)
-                async for _ in self._decode(f"warmup-{p}-{d}", ids, req, d, kv, res):
-                    pass
-                if res.kv_transfer_bytes <= 0:
-                    raise RuntimeError(f"handshake warm-up {p}->{d}: no KV bytes moved")
-                out[f"{p}->{d}"] = time.perf_counter() - t0
+                samples = []
+                # The first transfer pays the handshake; the next ones seed the link model with
+                # real vLLM transfers of several sizes, refined later by every request.
+                for k, num_blocks in enumerate((2, 2, 16, 64)):
+                    salt = 10 * len(out) + k  # distinct prompts: no prefix-cache hit on either side
+                    num_bytes, seconds = await self._warm_transfer(p, d, num_blocks * block + 1, salt)
+                    if k == 0:
+                        out[f"{p}->{d}"] = time.perf_counter() - t0
+                    else:
+                        samples.append((num_bytes, seconds))
+                self.links.seed(p, d, fit_link(samples))
         self.counters.clear()
         return out
+
+    async def _warm_transfer(self, p: str, d: str, num_tokens: int, salt: int) -> tuple[int, float]:
+        rid = f"warmup-{p}-{d}-{salt}-{uuid.uuid4().hex[:8]}"
+        ids = [(7 * k + 13 * salt) % min(self.vocab_size, 256) for k in range(num_tokens)]
+        dec = Decision(route="disaggregated", decode_worker=d, prefill_worker=p, reason="warm-up")
+        req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1)
+        kv, fb = await self._remote_prefill(rid, ids, req, dec)
+        if kv is None:
+            raise RuntimeError(f"handshake warm-up {p}->{d} failed: {fb}")
+        res = GenerateResult(rid, [], "", "disaggregated", 0, 0, [], p, d, 0, None, None)
+        async for _ in self._decode(rid, ids, req, d, kv, res):
+            pass
+        if res.kv_transfer_bytes <= 0 or not res.kv_transfer_s:
+            raise RuntimeError(f"handshake warm-up {p}->{d}: no KV transfer was measured")
+        return res.kv_transfer_bytes, res.kv_transfer_s

@@ -46,7 +46,8 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
 POLICY_NAMES: tuple[str, ...] = tuple(sorted(_FACTORIES))
 
 
-def _accepted_params(name: str) -> list[str]:
+def accepted_params(name: str) -> list[str]:
+    """Parameter names `make_policy(name, ...)` accepts."""
     names = set(inspect.signature(_FACTORIES[name]).parameters) - {"name", "params"}
     if name == "adaptive":
         names |= set(inspect.signature(AdaptivePolicy).parameters) - {"name"}
@@ -57,7 +58,7 @@ def make_policy(name: str, **params: Any) -> Policy:
     """The policy called `name`, built with `params`; ValueError for unknown names or parameters."""
     if name not in _FACTORIES:
         raise ValueError(f"unknown policy {name!r}; allowed: {', '.join(POLICY_NAMES)}")
-    unknown = sorted(set(params) - set(_accepted_params(name)))
+    unknown = sorted(set(params) - set(accepted_params(name)))
     if unknown:
-        raise ValueError(f"policy {name!r} does not take {unknown}; it takes {_accepted_params(name)}")
+        raise ValueError(f"policy {name!r} does not take {unknown}; it takes {accepted_params(name)}")
     return _FACTORIES[name](**params)

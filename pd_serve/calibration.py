@@ -1,0 +1,121 @@
+"""Calibrate the step-time model on the real engine at start-up.
+
+Each worker runs a short, fixed set of probe requests on its own engine (prefill-only prompts of
+several sizes; decode-only batches; prefills while a batch decodes) and returns the engine's own
+per-step records (vLLM's iteration details: tokens scheduled and elapsed time). Because the probes
+are controlled, each step's prefill context and decode contexts are known, which turns the steps
+into `StepSample`s for `StepTimeModel.fit`. The fitted model then predicts this machine's engine,
+whatever the machine is.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Sequence
+
+from schedulers.model_spec import ModelSpec
+from schedulers.step_time import StepSample, StepTimeModel
+from transfer.kv_geometry import KVGeometry
+
+logger = logging.getLogger(__name__)
+
+PREFILL_SIZES = (128, 512, 1024, 2048, 4096)
+DECODE_BATCHES = (1, 4, 8)
+MIXED = ((4, 1024), (4, 2048))  # (decoding requests, prefill tokens) run together
+DECODE_PROMPT_TOKENS = 64
+DECODE_OUTPUT_TOKENS = 16
+
+# run(request_id, prompt_token_ids, max_tokens) -> awaitable that completes when the request does;
+# on_first: awaitable set when the request's first token arrived.
+RunFn = Callable[[str, list[int], int, "asyncio.Event | None"], Awaitable[None]]
+StepsFn = Callable[[float], list[dict]]
+
+
+def _ids(n: int, salt: int, vocab: int) -> list[int]:
+    return [(salt * 7907 + 97 * k + (k * k) % 5) % min(vocab, 256) for k in range(n)]
+
+
+async def run_calibration_probes(run: RunFn, steps_since: StepsFn, vocab: int, max_model_len: int,
+                                 salt: int = 0) -> list[dict]:
+    """Worker side: run the probes on this engine; return StepSample dicts."""
+    samples: list[dict] = []
+    sizes = [n for n in PREFILL_SIZES if n < max_model_len - 2]
+    for i, n in enumerate(sizes):
+        t0 = time.time()
+        await run(f"calib-p{salt}-{i}", _ids(n, salt * 100 + i, vocab), 1, None)
+        samples += _prefill_samples(steps_since(t0), decode_contexts=())
+    for b in DECODE_BATCHES:
+        t0 = time.time()
+        await asyncio.gather(*(run(f"calib-d{salt}-{b}-{j}", _ids(DECODE_PROMPT_TOKENS, 1000 + 10 * b + j, vocab),
+                                   DECODE_OUTPUT_TOKENS, None) for j in range(b)))
+        samples += _decode_samples(steps_since(t0), b)
+    for k, (b, n) in enumerate(MIXED):
+        if n >= max_model_len - 2:
+            continue
+        samples += await _mixed_probe(run, steps_since, vocab, b, n, f"{salt}-{k}")
+    return samples
+
+
+async def _mixed_probe(run: RunFn, steps_since: StepsFn, vocab: int, num_decodes: int,
+                       num_prefill: int, tag: str) -> list[dict]:
+    started = [asyncio.Event() for _ in range(num_decodes)]
+    decodes = [asyncio.ensure_future(run(f"calib-m{tag}-d{j}", _ids(DECODE_PROMPT_TOKENS, 5000 + j, vocab),
+                                         4 * DECODE_OUTPUT_TOKENS, started[j])) for j in range(num_decodes)]
+    await asyncio.gather(*(e.wait() for e in started))
+    t0 = time.time()
+    await run(f"calib-m{tag}-p", _ids(num_prefill, 7000 + num_prefill, vocab), 1, None)
+    steps = steps_since(t0)
+    await asyncio.gather(*decodes)
+    return _prefill_samples(steps, decode_contexts=(DECODE_PROMPT_TOKENS + 2 * DECODE_OUTPUT_TOKENS,) * num_decodes)
+
+
+def _prefill_samples(steps: list[dict], decode_contexts: tuple[int, ...]) -> list[dict]:
+    """Steps of one prompt's chunks (one prefilling request at a time): context accumulates."""
+    out, context = [], 0
+    for s in steps:
+        if s["num_prefill_reqs"] != 1 or s["num_decode_reqs"] != len(decode_contexts):
+            continue
+        out.append({"prefill_tokens": s["num_prefill_tokens"], "prefill_context": context,
+                    "decode_contexts": list(decode_contexts), "duration_s": s["elapsed_s"]})
+        context += s["num_prefill_tokens"]
+    return out
+
+
+def _decode_samples(steps: list[dict], batch: int) -> list[dict]:
+    mid_context = DECODE_PROMPT_TOKENS + DECODE_OUTPUT_TOKENS // 2
+    return [{"prefill_tokens": 0, "prefill_context": 0, "decode_contexts": [mid_context] * batch,
+             "duration_s": s["elapsed_s"]}
+            for s in steps if s["num_prefill_reqs"] == 0 and s["num_decode_reqs"] == batch]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The fitted model and how well it explains the samples it was fitted on."""
+
+    model: StepTimeModel
+    num_samples: int
+    median_abs_rel_error: float
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        m = self.model
+        return {"num_samples": self.num_samples, "median_abs_rel_error": self.median_abs_rel_error,
+                "overhead_s": m.overhead_s, "s_per_linear_flop": m.s_per_linear_flop,
+                "s_per_attention_flop": m.s_per_attention_flop, "s_per_kv_byte": m.s_per_kv_byte,
+                "achieved_linear_gflops": 1e-9 / m.s_per_linear_flop if m.s_per_linear_flop else None,
+                "seconds": self.seconds}
+
+
+def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict],
+                   seconds: float = 0.0) -> Calibration:
+    """Fit the step-time model to the probes' samples (pooled over workers of one hardware)."""
+    spec = ModelSpec.from_hf_config(hf_config, dtype=None)
+    samples = [StepSample(d["prefill_tokens"], d["prefill_context"], tuple(d["decode_contexts"]),
+                          d["duration_s"]) for d in sample_dicts]
+    model = StepTimeModel.fit(spec, kv, samples)
+    errors = sorted(abs(model.predict(s.prefill_tokens, s.prefill_context, s.decode_contexts)
+                        - s.duration_s) / s.duration_s for s in samples if s.duration_s > 0)
+    med = errors[len(errors) // 2] if errors else float("nan")
+    return Calibration(model, len(samples), med, seconds)
