@@ -14,9 +14,13 @@ DEFAULT_CONFIG = "configs/hybrid.yaml"
 def _cmd_up(args: argparse.Namespace) -> int:
     from pd_serve import deploy
 
-    dep = deploy(args.config, address=args.address)
+    dep = deploy(args.config, address=args.address, **_frontend_kwargs(args))  # [frontdoors]
     print(f"pd-serve: deployment '{dep.config.name}' ready in {dep.start_s:.1f}s with workers "
           + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()), flush=True)
+    if dep.addresses is not None:  # [frontdoors]
+        print(f"pd-serve: gRPC at {dep.addresses.grpc or 'off'}, OpenAI-compatible HTTP at "
+              f"{dep.addresses.http_url or 'off'} (token {'required' if args.token else 'off'})",
+              flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -26,6 +30,30 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print("pd-serve: shutting down", flush=True)
         dep.shutdown()
     return 0
+
+
+def _frontend_kwargs(args: argparse.Namespace) -> dict:  # [frontdoors]
+    return {"grpc_port": None if args.no_grpc else args.grpc_port,
+            "http_port": None if args.no_http else args.http_port,
+            "host": args.host, "token": args.token}
+
+
+def _add_frontend_args(p: argparse.ArgumentParser) -> None:  # [frontdoors]
+    import os
+
+    from pd_serve.frontend.settings import (DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT,
+                                            TOKEN_ENV)
+
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address the servers bind (default {DEFAULT_HOST}; 0.0.0.0 for all)")
+    p.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT,
+                   help=f"gRPC API port (default {DEFAULT_GRPC_PORT}; 0: any free port)")
+    p.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT,
+                   help=f"OpenAI-compatible HTTP port (default {DEFAULT_HTTP_PORT}; 0: any free port)")
+    p.add_argument("--no-grpc", action="store_true", help="run no gRPC server")
+    p.add_argument("--no-http", action="store_true", help="run no HTTP server")
+    p.add_argument("--token", default=os.environ.get(TOKEN_ENV) or None,
+                   help=f"require 'authorization: Bearer <token>' on every call (default: ${TOKEN_ENV})")
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
@@ -46,6 +74,32 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_transfer_probe(args: argparse.Namespace) -> int:
+    """Deploy, probe every prefill->decode link with NIXL beside a memcpy baseline, tear down."""
+    from pd_serve import deploy
+    from pd_serve.config import load_config
+    from pd_serve.link_probe import probe_links
+    from transfer.probe_report import format_probe_table, write_probe_json
+
+    cfg = load_config(args.config)
+    cfg = cfg.model_copy(update={
+        "scheduler": cfg.scheduler.model_copy(update={"calibrate": False, "policy": "length_threshold",
+                                                      "params": {}}),
+        "transfer": cfg.transfer.model_copy(update={"probe_at_start": False, "handshake_warmup": False})})
+    with deploy(cfg, address=args.address) as dep:
+        results = probe_links(dep.workers, dep.infos, cfg.resolved_device, args.max_seconds)
+    if not results:
+        print("pd-serve: this deployment has no prefill->decode pair to probe", file=sys.stderr)
+        return 2
+    for r in results:
+        print(format_probe_table(r))
+        print()
+    if args.json:
+        write_probe_json(args.json, results, {"config": args.config})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pd_serve.demo import run_demo
     return run_demo(args.config, args.max_tokens)
@@ -59,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="deploy and serve until interrupted")
     up.add_argument("--config", default=DEFAULT_CONFIG)
     up.add_argument("--address", default=None, help="Ray cluster to join (default: start one)")
+    _add_frontend_args(up)  # [frontdoors]
     up.set_defaults(func=_cmd_up)
     gen = sub.add_parser("generate", help="deploy, run one prompt, print the result, tear down")
     gen.add_argument("prompt")
@@ -73,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", default=DEFAULT_CONFIG)
     demo.add_argument("--max-tokens", type=int, default=16)
     demo.set_defaults(func=_cmd_demo)
+    probe = sub.add_parser("transfer-probe", help="NIXL-probe every prefill->decode link")
+    probe.add_argument("--config", default=DEFAULT_CONFIG)
+    probe.add_argument("--address", default=None)
+    probe.add_argument("--json", default=None, help="write the fits and samples here")
+    probe.add_argument("--max-seconds", type=float, default=20.0, help="budget per pair")
+    probe.set_defaults(func=_cmd_transfer_probe)
     cost = sub.add_parser("cost", help="FLOPs and predicted TTFT per prompt length", add_help=False)
     cost.set_defaults(func=None)
     return ap

@@ -71,6 +71,8 @@ class TransferConfig(_Strict):
     backend: Literal["nixl", "nccl", "auto"] = "auto"
     abort_timeout_s: int = Field(30, ge=1, description="stranded prefill KV blocks are freed after this")
     handshake_warmup: bool = True
+    probe_at_start: bool = Field(True, description="NIXL-probe every prefill->decode link at start-up")
+    probe_max_seconds: float = Field(8.0, gt=0, description="time budget of each pair's probe")
 
 
 class SloConfig(_Strict):

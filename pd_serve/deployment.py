@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from pd_serve.config import DeploymentConfig, as_config
+from pd_serve.link_probe import probe_links, transfer_pairs
+from pd_serve.frontend.settings import FrontendAddresses, FrontendSettings, ModelInfo  # [frontdoors]
 from pd_serve.request import GenerateResult, InvalidRequestError, make_request
 from pd_serve.worker import EngineWorker, WorkerInfo, WorkerSpec
 
@@ -58,6 +60,9 @@ class Deployment:
     max_model_len: int = 0
     vocab_size: int = 0
     calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
+    link_probes: list = field(default_factory=list)  # transfer.probe_records.PairProbeResult per pair
+    frontend: Any = None  # [frontdoors] the actor serving gRPC/HTTP, None when no server runs
+    addresses: FrontendAddresses | None = None  # [frontdoors] where those servers listen
     _closed: bool = False
 
     # ---- requests --------------------------------------------------------------------------
@@ -99,6 +104,11 @@ class Deployment:
         import ray
         return ray.get(self.router.status.remote())
 
+    def metrics_text(self) -> str:  # [frontdoors]
+        """The deployment's Prometheus metrics (what the HTTP server's /metrics serves)."""
+        import ray
+        return ray.get(self.router.metrics_text.remote())
+
     def worker_loads(self) -> dict[str, dict]:
         """Each live worker's load as its engine reports it."""
         import ray
@@ -118,6 +128,9 @@ class Deployment:
         if self._closed:
             return
         self._closed = True
+        if self.frontend is not None:  # [frontdoors] stop taking requests first
+            from pd_serve.frontend.actor import stop_frontend
+            stop_frontend(self.frontend)
         try:
             ray.kill(self.router)
         except Exception:
@@ -203,12 +216,19 @@ def _actor_options(config: DeploymentConfig, spec: WorkerSpec, name_prefix: str 
 
 
 def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
-           detached_name: str | None = None) -> Deployment:
+           detached_name: str | None = None, *, grpc_port: int | None = None,
+           http_port: int | None = None, host: str = "127.0.0.1",
+           token: str | None = None) -> Deployment:
     """Start a deployment from a config (path, dict or DeploymentConfig) and wait until ready.
 
     `detached_name`: name the actors `<name>:<worker>` in namespace `pd_serve` and let them
     outlive this process (for `pd-serve up --detach` under Ray job submission).
+    `grpc_port` / `http_port`: serve the gRPC API / OpenAI-compatible HTTP there (None: no such
+    server; 0: any free port), on `host`; `token`: require `authorization: Bearer <token>`.
+    Where they listen is in `Deployment.addresses`.
     """
+    frontend_settings = FrontendSettings(host=host, grpc_port=grpc_port, http_port=http_port,
+                                         token=token)  # [frontdoors] checked before anything starts
     import ray
 
     from transfer.connector_config import resolve_backend
@@ -239,15 +259,42 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
         router = ray.remote(Router).options(**router_opts).remote(
             cfg, workers, infos, cfg.tokenizer or model, calibration.model if calibration else None)
         ready = ray.get(router.ready.remote())
+        probe_results = []
+        if cfg.transfer.probe_at_start and transfer_pairs(infos):
+            from transfer.probe_report import probe_json
+            probe_results = probe_links(workers, infos, device, cfg.transfer.probe_max_seconds)
+            ray.get(router.seed_links.remote(probe_json(probe_results)))
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
     except BaseException:
         if owns_ray:
             ray.shutdown()
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
-                     child_pids, ready["max_model_len"], ready["vocab_size"], calibration)
+                     child_pids, ready["max_model_len"], ready["vocab_size"], calibration,
+                     probe_results)
+    if frontend_settings.is_enabled:  # [frontdoors]
+        _start_frontend(dep, model, frontend_settings, detached_name)
     logger.info("deployment %s ready in %.1fs (%d workers)", cfg.name, dep.start_s, len(workers))
     return dep
+
+
+def _start_frontend(dep: Deployment, model: str, settings: FrontendSettings,
+                    detached_name: str | None) -> None:  # [frontdoors]
+    """Start the gRPC/HTTP servers in their actor; if they cannot start, take the deployment down."""
+    from pd_serve.frontend.actor import start_frontend
+
+    cfg = dep.config
+    info = ModelInfo(id=os.path.basename(model.rstrip("/")) if cfg.model == "default" else cfg.model,
+                     root=model, tokenizer=cfg.tokenizer or model, max_model_len=dep.max_model_len,
+                     vocab_size=dep.vocab_size)
+    try:
+        dep.frontend, dep.addresses = start_frontend(
+            dep.router, info, settings, name=f"{detached_name}:frontend" if detached_name else None)
+    except BaseException:
+        dep.shutdown()
+        raise
+    logger.info("deployment %s serving gRPC at %s, HTTP at %s", cfg.name, dep.addresses.grpc,
+                dep.addresses.http)
 
 
 def _calibrate(workers: dict[str, Any], infos: dict[str, WorkerInfo]):

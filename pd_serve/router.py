@@ -24,6 +24,7 @@ from pd_serve.config import DeploymentConfig
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
+from schedulers.feedback import TtftFeedback
 from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import StepTimeModel
@@ -63,7 +64,10 @@ class Router:
         self.max_model_len = min(i.max_model_len for i in infos.values())
         self.geometry = {wid: KVGeometry.from_hf_config(i.hf_config, i.block_size, i.kv_dtype)
                          for wid, i in infos.items()}
-        self.step_model = step_model
+        self.base_step_model = step_model  # as calibrated at start-up
+        self.step_model = step_model       # scaled by the TTFT feedback as the machine drifts
+        self.feedback = TtftFeedback()
+        self._step_scale = 1.0
         self.slo_table = config.scheduler.slo.table()
         # The chunk that interferes with decodes is the decode-capable workers' token budget.
         self.chunk_tokens = min(rc.engine.max_num_batched_tokens for role, rc in config.workers.items()
@@ -71,6 +75,7 @@ class Router:
         self.predictor = RoutePredictor(step_model, self.chunk_tokens) if step_model else None
         self.links = LinkModelRegistry()
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
+        self._scale_at_decision: dict[str, float] = {}
         self.auto_policy = self._build_auto_policy()
         self.route_policies = {"colocated": make_policy("colocated"),
                                "disaggregated": make_policy("disaggregated")}
@@ -181,6 +186,8 @@ class Router:
         try:
             decision = policy.decide(info, view)
             predicted = self._predict_ttft_s(decision, info, view)
+            if predicted is not None:
+                self._scale_at_decision[rid] = self._step_scale
             if predicted != decision.predicted_ttft_s:
                 decision = Decision(decision.route, decision.decode_worker, decision.prefill_worker,
                                     decision.reason, predicted, decision.predictions)
@@ -210,6 +217,14 @@ class Router:
             raise InvalidRequestError("prompt is empty after tokenization")
         check_against_model(token_ids, req.max_tokens, self.vocab_size, self.max_model_len)
         decision, fallback = self._decide(req, rid, len(token_ids))
+        try:
+            async for item in self._run(req, rid, token_ids, decision, fallback, t_arrival):
+                yield item
+        finally:
+            self._scale_at_decision.pop(rid, None)  # also when the request failed or was cancelled
+
+    async def _run(self, req: GenerateRequest, rid: str, token_ids: list[int], decision: Decision,
+                   fallback: str | None, t_arrival: float) -> AsyncIterator[dict]:
         self.metrics.observe_decision(decision.route, decision_reason_label(  # [frontdoors]
             req.route, self.auto_policy.name, fallback is not None))
         t_dispatch = time.time()  # [frontdoors] prefill timing for the metrics
@@ -248,12 +263,30 @@ class Router:
         if result.route == "disaggregated" and result.kv_transfer_bytes > 0 and result.kv_transfer_s:
             self.links.observe(result.prefill_worker, result.decode_worker, result.kv_transfer_bytes,
                                result.kv_transfer_s)
-        if result.predicted_ttft_s is not None and result.ttft_s > 0:
+        if result.predicted_ttft_s is not None and result.ttft_s > 0 and result.fallback is None:
             self.prediction_log.append((result.route, result.predicted_ttft_s, result.ttft_s))
+            scale = self._scale_at_decision.get(result.request_id, self._step_scale)
+            self.feedback.observe(result.predicted_ttft_s / scale, result.ttft_s)
+            self._follow_feedback()
+
+    def _follow_feedback(self) -> None:
+        """Rescale the step model when the feedback factor moved by more than 2%."""
+        factor = self.feedback.factor
+        if self.base_step_model is None or abs(factor / self._step_scale - 1) < 0.02:
+            return
+        self._step_scale = factor
+        self.step_model = self.base_step_model.scaled(factor)
+        self.predictor = RoutePredictor(self.step_model, self.chunk_tokens)
+        if self.config.scheduler.policy == "adaptive":
+            self.auto_policy = self._build_auto_policy()
 
     async def prediction_errors(self) -> list[tuple[str, float, float]]:
         """(route, predicted TTFT s, actual TTFT s) of recent requests that had a prediction."""
         return list(self.prediction_log)
+
+    async def seed_links(self, probe: dict) -> None:
+        """Start each pair's link model from a NIXL probe (transfer.probe_report JSON)."""
+        self.links.load_probe_results(probe)
 
     async def link_models(self) -> dict:
         return self.links.to_dict()
@@ -350,7 +383,11 @@ class Router:
                         out[f"{p}->{d}"] = time.perf_counter() - t0
                     else:
                         samples.append((num_bytes, seconds))
-                self.links.seed(p, d, fit_link(samples))
+                if self.links.has(p, d):  # probed: the warm-up transfers are its first evidence
+                    for num_bytes, seconds in samples:
+                        self.links.observe(p, d, num_bytes, seconds)
+                else:
+                    self.links.seed(p, d, fit_link(samples))
         self.counters.clear()
         return out
 

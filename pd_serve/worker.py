@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from pd_serve.config import EngineConfig
+from transfer.probe_host import ProbeHost
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,11 @@ def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
     return AsyncEngineArgs(**kwargs)
 
 
-class EngineWorker:
-    """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`."""
+class EngineWorker(ProbeHost):
+    """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`.
+
+    As a ProbeHost it can also hold a NIXL probe endpoint, so that links are probed between the
+    very processes whose engines transfer KV."""
 
     def __init__(self, spec: WorkerSpec):
         self.spec = spec

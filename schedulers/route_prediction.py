@@ -14,7 +14,10 @@ Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples th
 Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s + first_step_s(D)
     transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
     first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
-                   decode side recomputes it) and samples the first token, beside D's decodes.
+                   decode side recomputes it) and samples the first token, beside D's decodes;
+                   when D has prefill work queued, that step also runs a chunk of it, and the
+                   request waits half a chunk step on average for D's current step to end:
+                   + 1.5 x chunk_step(min(chunk_tokens, D's queued prefill tokens)).
 """
 from __future__ import annotations
 
@@ -125,5 +128,11 @@ class RoutePredictor:
         last_token_context = max(0, request.num_prompt_tokens - 1)
         first_step_s = self.step_model.predict(1, last_token_context, decodes)
         first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes)
+        # D's own queued prefills share its steps (one token budget): the loaded request's first
+        # step also carries a chunk of them, and waits on average half a chunk step to start.
+        d_chunk = min(self.chunk_tokens, decode.num_queued_prefill_tokens)
+        if d_chunk:
+            chunk_step_s = self.step_model.predict(d_chunk, 0, ()) - self.step_model.overhead_s
+            first_step_s += 1.5 * chunk_step_s
         return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, link.predict_s(kv_bytes),
                                first_step_s, part.engine_s + first_step_engine_s, *slos)

@@ -123,16 +123,26 @@ def _r2(medians: list[tuple[int, float]], alpha_s: float, seconds_per_byte: floa
     return 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
 
 
-def fit_link(samples: list[tuple[int, float]]) -> LinkFit:
+# How much each size's error counts: its relative error ("relative", 1/t^2), its absolute
+# error ("absolute", 1: the largest sizes decide), or in between ("sqrt", 1/t).
+_WEIGHTINGS = {"relative": 2, "sqrt": 1, "absolute": 0}
+
+
+def fit_link(samples: list[tuple[int, float]], weighting: str = "relative") -> LinkFit:
     """Fit `t = alpha + bytes / beta` to (num_bytes, seconds) samples of at least two sizes.
 
-    Fits the per-size medians with relative weights (see the module docstring); alpha >= 0.
+    Fits the per-size medians, by default on relative error (see the module docstring);
+    alpha >= 0. Where the link is not a line (a host whose copies fall out of the CPU cache
+    past some size), "absolute" favours the large transfers, which cost the most seconds.
     Raises ValueError when the samples cannot determine a positive bandwidth.
     """
+    if weighting not in _WEIGHTINGS:
+        raise ValueError(f"unknown weighting {weighting!r}; known: {sorted(_WEIGHTINGS)}")
+    power = _WEIGHTINGS[weighting]
     medians = median_by_size(samples)
     if len(medians) < 2:
         raise ValueError(f"need samples of at least two distinct sizes, got {len(medians)}")
-    points = [(float(b), t, 1.0 / max(t, _MIN_SECONDS) ** 2) for b, t in medians]
+    points = [(float(b), t, 1.0 / max(t, _MIN_SECONDS) ** power) for b, t in medians]
     alpha_s, seconds_per_byte = _weighted_line(points)
     if not seconds_per_byte > 0:
         raise ValueError(

@@ -43,6 +43,17 @@ def test_fit_clamps_alpha_at_zero_when_the_data_show_no_fixed_cost():
     assert fit.beta_bytes_per_s == pytest.approx(BETA_BYTES_PER_S, rel=0.05)
 
 
+def test_absolute_weighting_follows_the_large_sizes_of_a_two_regime_link():
+    # A host link: 6 GB/s while copies stay in cache (<= 8 MiB), 2 GB/s beyond.
+    samples = [(b, b / (6e9 if b <= 8 << 20 else 2e9)) for b in SIZES_BYTES]
+    relative, absolute = fit_link(samples), fit_link(samples, weighting="absolute")
+    largest = SIZES_BYTES[-1]
+    assert abs(absolute.predict(largest) / (largest / 2e9) - 1) < 0.05
+    assert absolute.predict(largest) > relative.predict(largest)
+    with pytest.raises(ValueError, match="unknown weighting"):
+        fit_link(samples, weighting="l1")
+
+
 def test_fit_rejects_a_single_size_and_a_flat_line():
     with pytest.raises(ValueError, match="two distinct sizes"):
         fit_link([(1 << 20, 1e-3), (1 << 20, 1.1e-3)])

@@ -1,0 +1,77 @@
+"""`ProbeHost`: the mixin that lets any actor host one `ProbeEndpoint` and be probed.
+
+A pd-serve worker actor inherits it to gain the `probe_*` methods that
+`transfer.probe.run_probe_between` calls; `transfer.probe_actor.ProbeActor` is it and nothing
+else. No Ray here: the same methods serve in-process probes.
+
+The methods are synchronous and hold the calling thread for the sweep (`max_seconds`). In an
+async actor they block its event loop for that long: probe at start-up, before traffic, or run
+them through `asyncio.to_thread`.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Sequence
+
+from transfer.probe_layout import BlockLayout
+from transfer.probe_records import EndpointInfo, ReadSample
+
+if TYPE_CHECKING:
+    from transfer.nixl_endpoint import AgentOptions, ProbeEndpoint
+
+logger = logging.getLogger(__name__)
+
+
+class ProbeHost:
+    """Mixin giving an actor one `ProbeEndpoint` and remote-callable probe methods."""
+
+    _probe_endpoint: "ProbeEndpoint | None" = None
+
+    def probe_open(self, layout: BlockLayout, device: str = "cpu", name: str = "probe",
+                   options: "AgentOptions | None" = None) -> EndpointInfo:
+        """Create (or re-create, if the layout or device changed) the endpoint; return its info."""
+        from transfer.nixl_endpoint import AgentOptions, ProbeEndpoint  # nixl only when probing
+
+        current = self._probe_endpoint
+        if current is not None and current.layout == layout and current.buffer.device == device:
+            return current.info()
+        if current is not None:
+            logger.info("re-opening probe endpoint %s for %s on %s; readers of the old one must "
+                        "reconnect", current.agent_name, layout, device)
+            current.close()
+        self._probe_endpoint = ProbeEndpoint(layout, device, name, options or AgentOptions())
+        return self._probe_endpoint.info()
+
+    def _probe(self) -> "ProbeEndpoint":
+        if self._probe_endpoint is None:
+            raise RuntimeError("no probe endpoint in this actor: call probe_open first")
+        return self._probe_endpoint
+
+    def probe_info(self) -> EndpointInfo:
+        return self._probe().info()
+
+    def probe_connect(self, remote: EndpointInfo) -> str:
+        return self._probe().connect(remote)
+
+    def probe_reads(self, remote_agent: str, sizes_blocks: Sequence[int], num_reps: int = 5,
+                    num_warmup: int = 1, max_seconds: float = 10.0,
+                    block_order: str = "scattered", poll_interval_s: float = 0.0
+                    ) -> tuple[list[ReadSample], bool]:
+        """Verify one READ's bytes, then time the sweep; returns (samples, is_verified)."""
+        endpoint = self._probe()
+        is_verified = endpoint.verify(remote_agent)
+        samples = endpoint.time_reads(remote_agent, sizes_blocks, num_reps, num_warmup,
+                                      max_seconds, block_order, poll_interval_s)
+        return samples, is_verified
+
+    def probe_copies(self, sizes_bytes: Sequence[int], num_reps: int = 5,
+                     max_seconds: float = 5.0) -> list[tuple[int, float]]:
+        return self._probe().time_copies(sizes_bytes, num_reps, max_seconds)
+
+    def probe_disconnect(self, remote_agent: str) -> None:
+        self._probe().disconnect(remote_agent)
+
+    def probe_close(self) -> None:
+        if self._probe_endpoint is not None:
+            self._probe_endpoint.close()
+            self._probe_endpoint = None
