@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -39,8 +40,6 @@ def _frontend_kwargs(args: argparse.Namespace) -> dict:  # [frontdoors]
 
 
 def _add_frontend_args(p: argparse.ArgumentParser) -> None:  # [frontdoors]
-    import os
-
     from pd_serve.frontend.settings import (DEFAULT_GRPC_PORT, DEFAULT_HOST, DEFAULT_HTTP_PORT,
                                             TOKEN_ENV)
 
@@ -105,6 +104,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.config, args.max_tokens)
 
 
+def _cmd_diagnose(args: argparse.Namespace) -> int:  # [frontdoors]
+    from pd_serve.diagnose import as_dict, collect, diagnose, format_report, http_fetcher, window_stats
+
+    print(f"pd-serve: reading {args.url}/metrics for {args.window_s:.0f} s ...", file=sys.stderr,
+          flush=True)
+    snapshots = collect(http_fetcher(args.url, args.token), args.window_s, args.interval_s)
+    stats = window_stats(snapshots)
+    result = diagnose(stats)
+    print(json.dumps(as_dict(stats, result), indent=2) if args.json else format_report(stats, result))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="pd-serve", description="LLM serving on Ray, prefill and "
                                  "decode colocated or disaggregated per request")
@@ -134,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--json", default=None, help="write the fits and samples here")
     probe.add_argument("--max-seconds", type=float, default=20.0, help="budget per pair")
     probe.set_defaults(func=_cmd_transfer_probe)
+    diag = sub.add_parser("diagnose", help="read a deployment's metrics over a window and name "
+                          "the active bottleneck path")  # [frontdoors]
+    diag.add_argument("--url", default="http://127.0.0.1:8000", help="the HTTP front door")
+    diag.add_argument("--token", default=os.environ.get("PD_SERVE_TOKEN") or None)
+    diag.add_argument("--window-s", type=float, default=60.0)
+    diag.add_argument("--interval-s", type=float, default=5.0)
+    diag.add_argument("--json", action="store_true")
+    diag.set_defaults(func=_cmd_diagnose)
     cost = sub.add_parser("cost", help="FLOPs and predicted TTFT per prompt length", add_help=False)
     cost.set_defaults(func=None)
     return ap

@@ -17,6 +17,7 @@ from typing import Any
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 MAX_STEPS_KEPT = 4096
+STALE_TRANSFER_S = 600.0  # a transfer nobody claimed for this long belonged to an aborted request
 
 
 @dataclass
@@ -50,6 +51,7 @@ class EngineStatsCollector:
     prompt_tokens_external: int = 0
     num_transfer_failures: int = 0
     transfers: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
+    unclaimed: collections.deque = field(default_factory=collections.deque)
     steps: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_STEPS_KEPT))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -78,12 +80,21 @@ class EngineStatsCollector:
         data = getattr(stats, "data", stats)
         durations = data.get("transfer_duration", [])
         for num_bytes, duration in zip(data.get("bytes_transferred", []), durations):
-            self.transfers.append(TransferRecord(now, int(num_bytes), float(duration)))
+            record = TransferRecord(now, int(num_bytes), float(duration))
+            self.transfers.append(record)
+            self.unclaimed.append(record)
         self.num_transfer_failures += len(data.get("num_failed_transfers", []))
 
-    def transfers_since(self, t0: float) -> list[TransferRecord]:
+    def claim_transfers(self, t_submit: float, count: int = 1) -> list[TransferRecord]:
+        """The transfers that loaded one request's KV: the `count` oldest not yet claimed.
+
+        Loads complete, and first tokens follow, in roughly the order requests were admitted, so
+        first come, first claimed; records older than any request still waiting are stale
+        (their request was aborted) and dropped."""
         with self.lock:
-            return [r for r in self.transfers if r.t >= t0]
+            while self.unclaimed and self.unclaimed[0].t < t_submit - STALE_TRANSFER_S:
+                self.unclaimed.popleft()
+            return [self.unclaimed.popleft() for _ in range(min(count, len(self.unclaimed)))]
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:

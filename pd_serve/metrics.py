@@ -14,6 +14,7 @@ process never collide, and nothing leaks into the process-global registry.
 | e2e_request_latency_seconds              | histogram | route         | a request completes     |
 | kv_transfer_seconds, kv_transfer_bytes   | histogram |               | a transfer completed    |
 | ttft_prediction_error_ratio              | histogram | route         | the policy predicted    |
+| request_prompt_tokens                    | histogram | route         | a request completes     |
 | route_decisions_total                    | counter   | route, reason | the policy decides      |
 | route_fallbacks_total                    | counter   |               | a route was not taken   |
 | kv_transfer_failures_total               | counter   | worker        | engines' stats (polled) |
@@ -42,6 +43,8 @@ REQUEST_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 3
 KV_TRANSFER_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                          0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 KV_TRANSFER_BUCKETS_BYTES = tuple(float(4 ** k * 1024) for k in range(1, 12))  # 4 KiB .. 4 GiB
+# vLLM's 1-2-5 series for token counts, up to a million.
+PROMPT_TOKENS_BUCKETS = tuple(float(m * 10 ** e) for e in range(7) for m in (1, 2, 5))
 PREDICTION_ERROR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 # route_decisions_total's `reason` label: a small fixed set, never the policy's free-text sentence
@@ -96,6 +99,9 @@ class RouterMetrics:
         self.prediction_error = Histogram(p + "ttft_prediction_error_ratio", "|predicted - actual| "
                                           "/ actual TTFT, for requests whose policy predicted it",
                                           ["route"], buckets=PREDICTION_ERROR_BUCKETS, registry=r)
+        self.prompt_tokens = Histogram(p + "request_prompt_tokens", "Prompt length in tokens "
+                                       "(the length mix is what makes prefills interfere)",
+                                       ["route"], buckets=PROMPT_TOKENS_BUCKETS, registry=r)
         self.decisions = Counter(p + "route_decisions_total", "Routing decisions by route and "
                                  "reason", ["route", "reason"], registry=r)
         self.fallbacks = Counter(p + "route_fallbacks_total", "Requests that did not take the "
@@ -113,7 +119,8 @@ class RouterMetrics:
         # Known label values get samples from the start (at zero), so that a dashboard or a check
         # sees the series before the first request of each kind.
         for route in ROUTES_TAKEN:
-            for hist in (self.ttft, self.prefill, self.itl, self.e2e, self.prediction_error):
+            for hist in (self.ttft, self.prefill, self.itl, self.e2e, self.prediction_error,
+                         self.prompt_tokens):
                 hist.labels(route=route)
         for wid in worker_ids:  # every worker has samples from the start, even at zero
             self.observe_load(wid, {})
@@ -130,6 +137,7 @@ class RouterMetrics:
         for gap_s in result.itl_s:
             self.itl.labels(route=route).observe(gap_s)
         self.e2e.labels(route=route).observe(result.e2e_s)
+        self.prompt_tokens.labels(route=route).observe(result.num_prompt_tokens)
         if prefill_s is not None:
             self.prefill.labels(route=route).observe(max(0.0, prefill_s))
         if result.kv_transfer_bytes > 0:
@@ -164,4 +172,4 @@ METRIC_NAMES = tuple(PREFIX + n for n in (
     "e2e_request_latency_seconds", "kv_transfer_seconds", "kv_transfer_bytes",
     "num_requests_waiting", "num_requests_running", "kv_cache_usage_perc",
     "kv_transfer_failures_total", "route_decisions_total", "route_fallbacks_total",
-    "ttft_prediction_error_ratio"))
+    "ttft_prediction_error_ratio", "request_prompt_tokens"))

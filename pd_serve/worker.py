@@ -199,8 +199,9 @@ class EngineWorker(ProbeHost):
                     if is_local_prefill:
                         self.num_queued_prefill_tokens -= len(prompt_token_ids)
                     item["num_cached_tokens"] = out.num_cached_tokens or 0
-                    if is_remote_decode:
-                        item["transfers"] = [vars(r) for r in self._stats.transfers_since(t_submit)]
+                    if is_remote_decode:  # one READ per remote TP rank
+                        ranks = int(kv_transfer_params.get("tp_size") or 1)
+                        item["transfers"] = [vars(r) for r in self._stats.claim_transfers(t_submit, ranks)]
                 if out.finished:
                     item["kv_transfer_params"] = out.kv_transfer_params
                 yield item

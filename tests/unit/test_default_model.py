@@ -9,7 +9,7 @@ from pd_serve.default_model import ensure_default_model
 
 # sha256 over every tensor's name and raw float32 bytes in file order; changes only with
 # MODEL_VERSION. A different value on another machine means it would serve a different model.
-EXPECTED_WEIGHTS_SHA256 = "2ac0774aa5e015afebbde64663fb10af465adc2612560b833f9a03a00ad054a5"
+EXPECTED_WEIGHTS_SHA256 = "9eb77a524a6b12faea35649c190b93b7a13443ef96582be928461a418cde7277"
 
 
 def _weights_digest(path: Path) -> str:

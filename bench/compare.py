@@ -1,0 +1,225 @@
+"""Colocated vs disaggregated vs adaptive on one machine and one workload, one after another.
+
+Experiments (`--experiment`):
+  rates        a Poisson mixed-length workload at several rates on configs/colocated.yaml,
+               configs/disaggregated.yaml, configs/adaptive.yaml (2 workers, adaptive) and
+               configs/hybrid.yaml (prefill + both, adaptive): goodput table
+  mixed-batch  the seeds' experiment: 8 x 512 against 1 x 4096 + 7 x 512, eight at once, on one
+               engine without chunking, one engine with chunking, disaggregated, and adaptive
+  chunk-sweep  one engine, max_num_batched_tokens 4096/2048/1024/512, with and without
+               long_prefill_token_threshold: long-request TTFT, short-request p99 TTFT and
+               throughput relative to the largest chunk, beside the seed's table
+
+`python -m bench.compare --experiment rates --rates 0.5,1,2 --out results/compare`
+writes summary.json, summary.md and PNG plots into --out, and prints the tables with ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
+                           summarize, write_json, write_markdown)
+from bench.run import run_workload, write_run
+from bench.workloads import make_workload, mixed_batch, uniform_batch
+
+SEED_CHUNK_TABLE = {  # max_num_batched_tokens: (long TTFT ms, short p99 TTFT ms, throughput %)
+    4096: (320, 720, 100), 2048: (580, 420, 96), 1024: (1050, 240, 91), 512: (2100, 160, 84)}
+SEED_MIXED = {"uniform": {"mean": 95, "p50": 90, "p99": 130}, "mixed": {"mean": 380, "p50": 310, "p99": 760}}
+
+
+def load_yaml(path: str) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def single_engine(chunk: int | None, long_threshold: int = 0) -> dict:
+    """One worker that prefills and decodes; `chunk=None` turns chunked prefill off."""
+    engine: dict[str, Any] = {"max_model_len": 8192, "block_size": 32, "kv_cache_gib": 1, "max_num_seqs": 8}
+    if chunk is None:
+        engine.update(enable_chunked_prefill=False, max_num_batched_tokens=8192)
+    else:
+        engine.update(max_num_batched_tokens=chunk, long_prefill_token_threshold=long_threshold)
+    return {"name": f"single-{chunk or 'nochunk'}-{long_threshold}", "model": "default",
+            "workers": {"both": {"count": 1, "engine": engine}},
+            "transfer": {"probe_at_start": False, "handshake_warmup": False},
+            "scheduler": {"policy": "colocated", "calibrate": False}}
+
+
+def baseline(path: str) -> dict:
+    """A shipped config as a fixed-policy baseline: no calibration or probe needed."""
+    cfg = load_yaml(path)
+    cfg["scheduler"] = {**cfg.get("scheduler", {}), "calibrate": False}
+    if cfg["scheduler"].get("policy") == "adaptive":
+        raise ValueError(f"{path} is adaptive; use it as is")
+    cfg.setdefault("transfer", {})["probe_at_start"] = False
+    return cfg
+
+
+def run_config(cfg: dict, workloads: list, slo: SloSpec) -> dict[str, list]:
+    """Deploy once, run each workload in turn (distinct prompts), shut down."""
+    from pd_serve import deploy
+
+    out = {}
+    t0 = time.perf_counter()
+    with deploy(copy.deepcopy(cfg)) as dep:
+        print(f"  {cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
+        for k, wl in enumerate(workloads):
+            out[wl.name] = run_workload(dep.stream, wl, dep.vocab_size, "auto", salt=k + 1)
+    print(f"  {cfg.get('name')}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+    return out
+
+
+# ---- experiments -------------------------------------------------------------------------------
+
+def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
+    rates = [float(r) for r in args.rates.split(",")]
+    systems = {"colocated": baseline("configs/colocated.yaml"),
+               "disaggregated": baseline("configs/disaggregated.yaml"),
+               "adaptive": load_yaml("configs/adaptive.yaml"),
+               "hybrid adaptive": load_yaml("configs/hybrid.yaml")}
+    workloads = [make_workload("bucket_mix", num_requests=args.num_requests, rate_per_s=r, seed=7,
+                               output_tokens=args.output_tokens,
+                               buckets={"short": (0.75, 64, 512), "medium": (0.2, 1024, 2048),
+                                        "long": (0.05, 3000, 4000)})
+                 for r in rates]
+    workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
+    results: dict[str, dict[str, Any]] = {}
+    sweep: dict[str, list] = {}
+    for label, cfg in systems.items():
+        records = run_config(cfg, workloads, slo)
+        results[label] = {wl: summarize(recs, slo) for wl, recs in records.items()}
+        sweep[label] = [(r, results[label][f"rate={r:g}"]) for r in rates]
+        for wl, recs in records.items():
+            write_run(Path(args.out) / label / wl.replace("=", "_"), f"{label} {wl}", recs, slo)
+    rows = []
+    for r in rates:
+        key = f"rate={r:g}"
+        good = {s: results[s][key]["goodput_rps"] or 0.0 for s in systems}
+        best_base = max(good["colocated"], good["disaggregated"])
+        for s in systems:
+            sm = results[s][key]
+            rows.append({"rate": r, "system": s, "goodput_rps": good[s], "p99_ttft_s": sm["ttft_s"]["p99"],
+                         "p50_ttft_s": sm["ttft_s"]["p50"], "p99_tpot_s": sm["tpot_s"]["p99"],
+                         "throughput_rps": sm["throughput_rps"], "routes": sm["routes"],
+                         "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
+    if can_plot():
+        plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png")
+    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results}
+
+
+def exp_mixed_batch(args: argparse.Namespace, slo: SloSpec) -> dict:
+    systems = {"colocated, no chunking": single_engine(None),
+               "colocated, chunk 2048 + threshold 512": single_engine(2048, 512),
+               "disaggregated": baseline("configs/disaggregated.yaml"),
+               "adaptive (hybrid)": load_yaml("configs/hybrid.yaml")}
+    reps = args.repeats
+    workloads = []
+    for k in range(reps):
+        for wl in (uniform_batch(output_tokens=args.output_tokens), mixed_batch(output_tokens=args.output_tokens)):
+            workloads.append(replace(wl, name=f"{wl.name}#{k}"))
+    rows, cdf = [], {}
+    for label, cfg in systems.items():
+        records = run_config(cfg, workloads, slo)
+        all_records = [r for rs in records.values() for r in rs]
+        write_run(Path(args.out) / label.replace(" ", "_").replace(",", ""), label, all_records, slo)
+        for kind in ("uniform", "mixed"):
+            recs = [r for name, rs in records.items() if name.startswith(kind) for r in rs]
+            short = [r for r in recs if r.input_tokens == 512 and r.ok]
+            long = [r for r in recs if r.input_tokens > 512 and r.ok]
+            ttft = sorted(r.ttft_s for r in short)
+            rows.append({"system": label, "batch": kind,
+                         "short_mean_ttft_ms": statistics.mean(ttft) * 1e3,
+                         "short_p50_ttft_ms": _pct(ttft, 50) * 1e3, "short_p99_ttft_ms": _pct(ttft, 99) * 1e3,
+                         "short_mean_itl_ms": statistics.mean(g for r in short for g in r.itl_s) * 1e3,
+                         "long_ttft_ms": statistics.mean(r.ttft_s for r in long) * 1e3 if long else None,
+                         "routes": sorted({r.route for r in recs}),
+                         "num_failed": sum(1 for r in recs if not r.ok)})
+            cdf[f"{label} / {kind}"] = short
+    if can_plot():
+        plot_ttft_cdf(cdf, Path(args.out) / "mixed_batch_ttft_cdf.png")
+    return {"experiment": "mixed-batch", "repeats": reps, "rows": rows, "seed": SEED_MIXED}
+
+
+def exp_chunk_sweep(args: argparse.Namespace, slo: SloSpec) -> dict:
+    rows = []
+    for threshold in (0, 512):
+        base_tput = None
+        for chunk in (4096, 2048, 1024, 512):
+            if threshold and threshold >= chunk:
+                continue
+            workloads = [replace(mixed_batch(output_tokens=args.output_tokens), name=f"mixed#{k}")
+                         for k in range(args.repeats)]
+            records = run_config(single_engine(chunk, threshold), workloads, slo)
+            recs = [r for rs in records.values() for r in rs if r.ok]
+            short = sorted(r.ttft_s for r in recs if r.input_tokens == 512)
+            long = [r.ttft_s for r in recs if r.input_tokens > 512]
+            # throughput: output tokens per second over each batch's wall time, averaged
+            tputs = [sum(r.output_tokens for r in rs) / (max(r.finish_s for r in rs) - min(r.arrival_s for r in rs))
+                     for rs in records.values()]
+            tput = statistics.mean(tputs)
+            base_tput = base_tput or tput
+            seed = SEED_CHUNK_TABLE.get(chunk)
+            rows.append({"chunk": chunk, "long_prefill_token_threshold": threshold,
+                         "long_ttft_ms": statistics.mean(long) * 1e3, "short_p99_ttft_ms": _pct(short, 99) * 1e3,
+                         "throughput_rel": tput / base_tput, "seed_long_ttft_ms": seed and seed[0],
+                         "seed_short_p99_ttft_ms": seed and seed[1], "seed_throughput_pct": seed and seed[2]})
+    return {"experiment": "chunk-sweep", "repeats": args.repeats, "rows": rows}
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = (len(sorted_values) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def rows_markdown(rows: list[dict]) -> str:
+    keys = [k for k in rows[0] if k not in ("summaries",)]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "|".join("---" for _ in keys) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r[k]) for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.0f}"
+    return "-" if v is None else str(v)
+
+
+EXPERIMENTS = {"rates": exp_rates, "mixed-batch": exp_mixed_batch, "chunk-sweep": exp_chunk_sweep}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--experiment", default="rates", choices=sorted(EXPERIMENTS))
+    ap.add_argument("--rates", default="0.25,0.5,1")
+    ap.add_argument("--num-requests", type=int, default=30)
+    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="results/compare")
+    args = ap.parse_args(argv)
+    slo = SloSpec()
+    from pd_serve.deployment import init_ray
+    init_ray()  # one Ray for every deployment of the run: each deploy() then only adds actors
+    result = EXPERIMENTS[args.experiment](args, slo)
+    out = Path(args.out)
+    write_json(out / "summary.json", result)
+    table = rows_markdown(result["rows"])
+    write_markdown(out / "summary.md", table)
+    print(table)
+    print(f"\nwrote {out}/summary.json and summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The simulated router's side of a decision: the view it builds and the policy call it makes.
+
+Mirrors `pd_serve.router.Router`: the view holds the engines' running/waiting counts and KV
+usage (read here at the instant of arrival; the real router polls them every 0.25 s), the
+router's own counts of requests in flight and prompt tokens queued per worker, and the link
+estimate of every prefill/decode pair (the link's nominal line, as a probe would fit it). The
+policy is called as `policy.decide(RequestInfo, ClusterView)`; when it finds no candidate, the
+request is prefilled locally by the colocated policy, and that fallback is counted. A decision
+without a predicted TTFT gets the cost model's prediction for the route taken, as live.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Mapping
+
+from bench.simulator.worker import SimWorker
+from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
+from schedulers.policies import ColocatedPolicy
+from schedulers.route_prediction import RoutePredictor
+from schedulers.slo import SloTable
+from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,
+                              Policy, RequestInfo, WorkerView)
+
+
+class SimRouter:
+    def __init__(self, policy: Policy, workers: Mapping[str, SimWorker], link: LinkEstimate,
+                 kv_bytes_per_token: int, predictor: RoutePredictor | None = None) -> None:
+        self.policy = policy
+        self.predictor = predictor
+        self.workers = workers
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.links = {(p.worker_id, d.worker_id): link for p in workers.values() for d in workers.values()
+                      if p.spec.role in PREFILL_ROLES and d.spec.role in DECODE_ROLES and p is not d}
+        # Requests the router has sent to a worker and not yet seen finish there.
+        self.num_inflight: collections.Counter[str] = collections.Counter()
+        # Prompt tokens sent to a worker for prefill whose first token (or KV) is not back yet.
+        self.num_queued_prefill_tokens: collections.Counter[str] = collections.Counter()
+        self.num_fallbacks = 0
+        self._fallback_policy = ColocatedPolicy()
+
+    def view(self) -> ClusterView:
+        workers = tuple(WorkerView(
+            worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
+            kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
+            num_queued_prefill_tokens=self.num_queued_prefill_tokens[wid]) for wid, w in self.workers.items())
+        return ClusterView(workers, self.links, self.kv_bytes_per_token)
+
+    def decide(self, request: RequestInfo) -> Decision:
+        """The policy's decision; NoCandidateError only when nothing can serve the request."""
+        view = self.view()
+        try:
+            decision = self.policy.decide(request, view)
+        except NoCandidateError:
+            decision = self._fallback_policy.decide(request, view)
+            self.num_fallbacks += 1
+        self._check(decision)
+        if decision.predicted_ttft_s is None and self.predictor is not None:
+            decision = Decision(decision.route, decision.decode_worker, decision.prefill_worker,
+                                decision.reason, self._predict_ttft_s(decision, request, view),
+                                decision.predictions)
+        return decision
+
+    def _predict_ttft_s(self, decision: Decision, request: RequestInfo, view: ClusterView) -> float:
+        """The cost model's TTFT for the route taken (`pd_serve.router.Router._predict_ttft_s`)."""
+        by_id = {w.worker_id: w for w in view.workers}
+        slos = SloTable().for_request(request)  # SLOs do not change a predicted TTFT
+        decode = by_id[decision.decode_worker]
+        if decision.route == ROUTE_COLOCATED:
+            return self.predictor.colocated(request, decode, slos).ttft_s
+        prefill = by_id[decision.prefill_worker]
+        part = self.predictor.prefill_on(request, prefill)
+        link = view.link(prefill.worker_id, decode.worker_id)
+        kv_bytes = self.predictor.step_model.kv.bytes_for_tokens(request.num_prompt_tokens)
+        return self.predictor.disaggregated(request, prefill, decode, part, link, kv_bytes, slos).ttft_s
+
+    def sent(self, worker_id: str, num_prefill_tokens: int) -> None:
+        self.num_inflight[worker_id] += 1
+        self.num_queued_prefill_tokens[worker_id] += num_prefill_tokens
+
+    def prefilled(self, worker_id: str, num_prefill_tokens: int) -> None:
+        self.num_queued_prefill_tokens[worker_id] -= num_prefill_tokens
+
+    def done(self, worker_id: str) -> None:
+        self.num_inflight[worker_id] -= 1
+
+    def _check(self, decision: Decision) -> None:
+        """A decision naming unknown workers is a policy bug: fail loudly, never reroute."""
+        if decision.decode_worker not in self.workers:
+            raise ValueError(f"policy {self.policy.name!r} chose unknown decode worker "
+                             f"{decision.decode_worker!r}")
+        if decision.route == "disaggregated":
+            if (decision.prefill_worker, decision.decode_worker) not in self.links:
+                raise ValueError(f"policy {self.policy.name!r} chose {decision.prefill_worker!r} -> "
+                                 f"{decision.decode_worker!r}, not a prefill/decode pair of this cluster")
+        elif decision.route != "colocated":
+            raise ValueError(f"policy {self.policy.name!r} returned unknown route {decision.route!r}")

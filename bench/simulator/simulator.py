@@ -1,0 +1,279 @@
+"""The discrete-event loop: requests arrive, the real policy routes them, engines step, KV moves.
+
+A request's life here (the numbers of `pd_serve.router`):
+1. arrival: too long for the engines -> a failed record; else `policy.decide()` on the view;
+2a. colocated: the chosen worker prefills (chunked) and decodes; each sampled token is stamped
+    with the end time of the step that produced it;
+2b. disaggregated: the prefill worker runs the prompt as a prefill-only request and holds its
+    blocks; the decode worker, when it admits the request, allocates blocks and starts the
+    transfer over the (shared) link; when the bytes are in, the prefill worker frees its blocks
+    and the decode worker computes the last prompt token (the first output token) and decodes;
+3. the finished request becomes a `bench.metrics.RequestRecord`.
+
+All events at one instant are applied before any idle worker plans its next step, so requests
+arriving together can share a first step (the seeds' batches).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.metrics import RequestRecord
+from bench.simulator import events as ev
+from bench.simulator.engine_request import EngineRequest
+from bench.simulator.links import SharedLink, Transfer
+from bench.simulator.router import SimRouter
+from bench.simulator.specs import ClusterSpec
+from bench.simulator.step_cost import StepCost
+from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker
+from bench.workloads import RequestSpec, Workload
+from schedulers.route_prediction import RoutePredictor
+from schedulers.types import ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
+
+DEFAULT_MAX_EVENTS = 20_000_000
+
+
+@dataclass(eq=False)
+class Job:
+    """The client's side of one request: what was asked and what it got."""
+
+    spec: RequestSpec
+    record: RequestRecord
+    decision: Decision | None = None
+
+
+@dataclass
+class WorkerStats:
+    num_steps: int
+    num_preemptions: int
+    busy_s: float
+    num_used_blocks_at_end: int
+
+
+@dataclass
+class SimResult:
+    """Records in workload order, plus what the engines and the router did."""
+
+    records: list[RequestRecord]
+    end_s: float
+    workers: dict[str, WorkerStats]
+    num_fallbacks: int
+    decisions: list[Decision] = field(default_factory=list)
+
+    @property
+    def num_leaked_blocks(self) -> int:
+        """KV blocks still allocated after every request ended: must be 0."""
+        return sum(w.num_used_blocks_at_end for w in self.workers.values())
+
+    @property
+    def num_preemptions(self) -> int:
+        return sum(w.num_preemptions for w in self.workers.values())
+
+
+class Simulator:
+    """One run of one workload on one cluster under one policy (build a new one per run)."""
+
+    def __init__(self, cluster: ClusterSpec, policy: Policy, keep_decisions: bool = False,
+                 max_events: int = DEFAULT_MAX_EVENTS) -> None:
+        self.cluster = cluster
+        cost = StepCost.of(cluster.step_model)
+        self.kv = cluster.step_model.kv
+        self.workers = {w.worker_id: SimWorker(w, cost) for w in cluster.workers}
+        self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
+                                RoutePredictor(cluster.step_model, cluster.chunk_tokens))
+        self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
+        self.keep_decisions = keep_decisions
+        self.max_events = max_events
+        self.queue = ev.EventQueue()
+        # One link per (prefill, decode) pair, or one for all; fills as pairs first transfer.
+        self.links: dict[Any, SharedLink] = {}
+        self.decisions: list[Decision] = []
+        self._pending: list[RequestSpec] = []  # closed loop: requests not yet sent
+        self._num_open_jobs = 0
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def run(self, workload: Workload) -> SimResult:
+        jobs = self._start(workload)
+        num_events = 0
+        now_s = 0.0
+        while len(self.queue):
+            now_s = self.queue.peek_time_s()
+            dirty: set[str] = set()
+            while len(self.queue) and self.queue.peek_time_s() == now_s:
+                _, kind, payload = self.queue.pop()
+                dirty |= self._handle(now_s, kind, payload)
+                num_events += 1
+            for worker_id in sorted(dirty):
+                self._kick(worker_id, now_s)
+            if num_events > self.max_events:
+                raise RuntimeError(f"simulation exceeded {self.max_events} events at t={now_s:.3f} s")
+        if self._num_open_jobs:
+            raise RuntimeError(f"simulation stalled at t={now_s:.3f} s with {self._num_open_jobs} "
+                               f"requests unfinished: {self._describe_workers()}")
+        return self._result(jobs, now_s)
+
+    def _start(self, workload: Workload) -> list[Job]:
+        # A closed loop's arrival times are stamped when each request is sent.
+        jobs = [Job(spec, RequestRecord(spec.request_id, spec.input_tokens, spec.output_tokens,
+                                        arrival_s=float("nan") if spec.arrival_s is None else spec.arrival_s,
+                                        bucket=spec.bucket)) for spec in workload.requests]
+        if workload.is_closed_loop:
+            self._pending = list(reversed(jobs))
+            for _ in range(min(workload.concurrency, len(jobs))):
+                self.queue.push(0.0, ev.ARRIVAL, self._pending.pop())
+        else:
+            for job in jobs:
+                self.queue.push(job.spec.arrival_s, ev.ARRIVAL, job)
+        self._num_open_jobs = len(jobs)
+        return jobs
+
+    def _handle(self, now_s: float, kind: str, payload: Any) -> set[str]:
+        """Apply one event; returns the workers that may have new work."""
+        if kind == ev.ARRIVAL:
+            return self._arrive(payload, now_s)
+        if kind == ev.STEP_DONE:
+            return self._step_done(payload, now_s)
+        if kind == ev.TRANSFER_BYTES:
+            self._link_add(payload, now_s)
+            return set()
+        if kind == ev.LINK_CHECK:
+            return self._link_check(payload, now_s)
+        raise AssertionError(f"unknown event kind {kind!r}")
+
+    def _kick(self, worker_id: str, now_s: float) -> None:
+        worker = self.workers[worker_id]
+        if not worker.is_idle:
+            return
+        plan = worker.schedule()
+        for loading in plan.loads_started:
+            self._start_transfer(loading, now_s)
+        if not plan.is_empty:
+            worker.start(plan)
+            self.queue.push(now_s + plan.duration_s, ev.STEP_DONE, worker_id)
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def _arrive(self, job: Job, now_s: float) -> set[str]:
+        record = job.record
+        record.arrival_s = now_s
+        if record.input_tokens + record.output_tokens > self.max_model_len:
+            return self._fail(job, now_s, f"prompt ({record.input_tokens}) + output ({record.output_tokens}) "
+                                          f"tokens exceed max_model_len {self.max_model_len}")
+        info = RequestInfo(record.request_id, record.input_tokens, record.output_tokens)
+        try:
+            decision = self.router.decide(info)
+        except NoCandidateError as error:
+            return self._fail(job, now_s, f"no worker can serve the request: {error}")
+        job.decision = decision
+        if self.keep_decisions:
+            self.decisions.append(decision)
+        record.route, record.predicted_ttft_s = decision.route, decision.predicted_ttft_s
+        record.decode_worker, record.prefill_worker = decision.decode_worker, decision.prefill_worker
+        is_remote = decision.route == ROUTE_DISAGGREGATED
+        target = decision.prefill_worker if is_remote else decision.decode_worker
+        request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
+        self.router.sent(target, record.input_tokens)
+        self.workers[target].add(request)
+        return {target}
+
+    def _step_done(self, worker_id: str, now_s: float) -> set[str]:
+        dirty = {worker_id}
+        for outcome, request in self.workers[worker_id].complete():
+            job: Job = request.job
+            if outcome == PREFILL_DONE:
+                dirty.add(self._hand_over(job, request, worker_id))
+                continue
+            record = job.record
+            record.token_times.append(now_s)
+            if record.first_token_s is None:
+                record.first_token_s = now_s
+                if job.decision.route != ROUTE_DISAGGREGATED:
+                    self.router.prefilled(worker_id, record.input_tokens)
+            if outcome == FINISHED:
+                record.finish_s = now_s
+                self.router.done(worker_id)
+                dirty |= self._close(now_s)
+            else:
+                assert outcome == TOKEN
+        return dirty
+
+    def _hand_over(self, job: Job, held: EngineRequest, prefill_id: str) -> str:
+        """Prefill done on P: the router sends the request to its decode worker."""
+        self.router.prefilled(prefill_id, job.record.input_tokens)
+        self.router.done(prefill_id)
+        decode_id = job.decision.decode_worker
+        loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
+                                needs_remote_kv=True, held=held)
+        self.router.sent(decode_id, 0)
+        self.workers[decode_id].add(loading)
+        return decode_id
+
+    def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
+        job.record.ok, job.record.error = False, error
+        return self._close(now_s)
+
+    def _close(self, now_s: float) -> set[str]:
+        """One request ended; in a closed loop the next one is sent now."""
+        self._num_open_jobs -= 1
+        if self._pending:
+            self.queue.push(now_s, ev.ARRIVAL, self._pending.pop())
+        return set()
+
+    # ---- transfers ---------------------------------------------------------------------------
+
+    def _start_transfer(self, loading: EngineRequest, now_s: float) -> None:
+        job: Job = loading.job
+        num_bytes = self.kv.bytes_for_tokens(job.record.input_tokens)
+        transfer = Transfer(num_bytes, job.decision.prefill_worker, job.decision.decode_worker,
+                            loading.held, loading, now_s)
+        self.queue.push(now_s + self.cluster.link.alpha_s, ev.TRANSFER_BYTES, transfer)
+
+    def _link_key(self, transfer: Transfer) -> Any:
+        return "shared" if self.cluster.shared_link else (transfer.prefill_id, transfer.decode_id)
+
+    def _link_add(self, transfer: Transfer, now_s: float) -> None:
+        key = self._link_key(transfer)
+        link = self.links.setdefault(key, SharedLink(self.cluster.link))
+        link.add(transfer, now_s)
+        self._schedule_link_check(key, link)
+
+    def _schedule_link_check(self, key: Any, link: SharedLink) -> None:
+        done_s = link.next_done_s()
+        if done_s is not None:
+            self.queue.push(done_s, ev.LINK_CHECK, (key, link.version))
+
+    def _link_check(self, payload: tuple[Any, int], now_s: float) -> set[str]:
+        key, version = payload
+        link = self.links[key]
+        if version != link.version:  # a transfer joined or left since: a newer check is queued
+            return set()
+        dirty = set()
+        for transfer in link.pop_done(now_s):
+            job: Job = transfer.loading.job
+            job.record.kv_transfer_bytes = transfer.num_bytes
+            job.record.kv_transfer_s = transfer.duration_s
+            self.workers[transfer.prefill_id].release_held(transfer.held)
+            self.workers[transfer.decode_id].kv_loaded(transfer.loading)
+            dirty |= {transfer.prefill_id, transfer.decode_id}
+        self._schedule_link_check(key, link)
+        return dirty
+
+    # ---- results -----------------------------------------------------------------------------
+
+    def _result(self, jobs: list[Job], end_s: float) -> SimResult:
+        stats = {wid: WorkerStats(w.num_steps, w.num_preemptions, w.busy_s, w.pool.num_used)
+                 for wid, w in self.workers.items()}
+        return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions)
+
+    def _describe_workers(self) -> str:
+        return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "
+                         f"{w.pool.num_free}/{w.pool.num_blocks} blocks free"
+                         for wid, w in self.workers.items())
+
+
+def simulate(workload: Workload, cluster: ClusterSpec, policy: Policy,
+             keep_decisions: bool = False) -> SimResult:
+    """Serve `workload` on `cluster`, routing every request with `policy.decide` (the real policy
+    object), and return one `RequestRecord` per request."""
+    return Simulator(cluster, policy, keep_decisions).run(workload)
