@@ -31,13 +31,25 @@ from schedulers.step_time import StepTimeModel
 from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
                               WorkerView)
 from transfer.kv_geometry import KVGeometry
-from transfer.link_model import LinkModelRegistry, fit_link
+from transfer.link_model import LinkFit, LinkModelRegistry, fit_link
 
 logger = logging.getLogger(__name__)
 
 LOAD_POLL_INTERVAL_S = 0.25
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                      "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+def _fit_or_bound(samples: list[tuple[int, float]]) -> LinkFit:
+    """A line through the warm-up transfers; when they are too noisy to give a positive slope
+    (tiny transfers on a busy host), the bandwidth the largest one achieved, with no latency."""
+    try:
+        return fit_link(samples)
+    except ValueError as err:
+        num_bytes, seconds = max(samples)
+        logger.warning("link fit from warm-up transfers failed (%s); using %.2f GB/s", err,
+                       num_bytes / seconds / 1e9)
+        return LinkFit(0.0, num_bytes / seconds)
 
 
 class NoWorkerAvailableError(RuntimeError):
@@ -387,7 +399,7 @@ class Router:
                     for num_bytes, seconds in samples:
                         self.links.observe(p, d, num_bytes, seconds)
                 else:
-                    self.links.seed(p, d, fit_link(samples))
+                    self.links.seed(p, d, _fit_or_bound(samples))
         self.counters.clear()
         return out
 

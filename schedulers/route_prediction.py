@@ -11,13 +11,14 @@ running on W, each assumed at `decode_context_tokens` of context):
     engine_s   = prefill_s minus what those steps would have cost for the decodes alone
 
 Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples the first token)
-Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s + first_step_s(D)
+Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s
     transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
+                   + decode_wait_s + first_step_s(D)
     first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
-                   decode side recomputes it) and samples the first token, beside D's decodes;
-                   when D has prefill work queued, that step also runs a chunk of it, and the
-                   request waits half a chunk step on average for D's current step to end:
-                   + 1.5 x chunk_step(min(chunk_tokens, D's queued prefill tokens)).
+                   decode side recomputes it) and samples the first token, beside D's decodes
+    decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s)): vLLM runs
+                   the prompts D is already prefilling first, with its whole token budget, so the
+                   loaded request starts only once they are done.
 """
 from __future__ import annotations
 
@@ -52,10 +53,20 @@ class RoutePrediction:
     engine_s: float
     ttft_slo_s: float
     tpot_slo_s: float
+    decode_wait_s: float = 0.0  # disaggregated: KV arrived, D still busy with its queued prefills
 
     @property
     def ttft_s(self) -> float:
-        return self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.first_step_s
+        return (self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.decode_wait_s
+                + self.first_step_s)
+
+    @property
+    def decoder_engine_s(self) -> float:
+        """Engine time this route takes from decode-capable workers, the ones running requests
+        depend on: all of it when colocated; on a prefill-only P, only D's first step."""
+        if self.prefill_worker is not None and self.prefill_worker.role == ROLE_PREFILL:
+            return self.engine_s - self.prefill.engine_s
+        return self.engine_s
 
     @property
     def violation(self) -> float:
@@ -76,7 +87,8 @@ class RoutePrediction:
         """Named predictions, keys prefixed with the route."""
         values = {"ttft_s": self.ttft_s, "queue_s": self.prefill.queue_s,
                   "prefill_s": self.prefill.prefill_s, "transfer_s": self.transfer_s,
-                  "first_step_s": self.first_step_s, "itl_s": self.prefill.itl_s,
+                  "first_step_s": self.first_step_s, "decode_wait_s": self.decode_wait_s,
+                  "itl_s": self.prefill.itl_s,
                   "extra_itl_s": self.prefill.extra_itl_s,
                   "engine_s": self.engine_s, "violation": self.violation}
         return {f"{self.route}.{k}": v for k, v in values.items()}
@@ -128,11 +140,13 @@ class RoutePredictor:
         last_token_context = max(0, request.num_prompt_tokens - 1)
         first_step_s = self.step_model.predict(1, last_token_context, decodes)
         first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes)
-        # D's own queued prefills share its steps (one token budget): the loaded request's first
-        # step also carries a chunk of them, and waits on average half a chunk step to start.
-        d_chunk = min(self.chunk_tokens, decode.num_queued_prefill_tokens)
-        if d_chunk:
-            chunk_step_s = self.step_model.predict(d_chunk, 0, ()) - self.step_model.overhead_s
-            first_step_s += 1.5 * chunk_step_s
-        return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, link.predict_s(kv_bytes),
-                               first_step_s, part.engine_s + first_step_engine_s, *slos)
+        transfer_s = link.predict_s(kv_bytes)
+        # vLLM schedules running requests first: prompts D is already prefilling take its whole
+        # token budget until they are done, and the loaded request (waiting) gets no step before.
+        d_queue_s = sum(self.step_model.chunked_prefill_steps_s(decode.num_queued_prefill_tokens, 0,
+                                                                self.chunk_tokens, decodes))
+        kv_ready_s = part.queue_s + part.prefill_s + transfer_s
+        decode_wait_s = max(0.0, d_queue_s - kv_ready_s)
+        return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, transfer_s,
+                               first_step_s, part.engine_s + first_step_engine_s, *slos,
+                               decode_wait_s=decode_wait_s)

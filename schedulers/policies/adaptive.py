@@ -17,17 +17,35 @@ def _candidate_key(p: RoutePrediction) -> tuple:
     return ((0, p.ttft_s) if p.meets_slo else (1, p.violation)) + (p.decode_worker.load_key,)
 
 
-def _route_key(p: RoutePrediction) -> tuple:
-    """Between routes: SLO-meeting first, least engine time among them (colocated wins ties);
-    else least violation."""
-    tie_break = p.route != ROUTE_COLOCATED
-    return (0, p.engine_s, tie_break) if p.meets_slo else (1, p.violation, tie_break)
+def _worker_time_key(p: RoutePrediction) -> tuple:
+    """Both meet the SLOs: the one cheaper in worker time; colocated wins exact ties."""
+    return (p.engine_s, p.route != ROUTE_COLOCATED)
+
+
+def _decoder_time_key(p: RoutePrediction) -> tuple:
+    """Both miss by about as much: the one that takes less from decode-capable workers (what
+    running and arriving requests need), then less worker time; colocated wins exact ties."""
+    return (p.decoder_engine_s, p.engine_s, p.route != ROUTE_COLOCATED)
+
+
+def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float) -> RoutePrediction:
+    if a.meets_slo != b.meets_slo:
+        return a if a.meets_slo else b
+    if a.meets_slo:
+        return min(a, b, key=_worker_time_key)
+    lo, hi = sorted((a, b), key=lambda p: p.violation)
+    if hi.violation > lo.violation * (1 + tolerance):
+        return lo
+    return min(a, b, key=_decoder_time_key)
 
 
 def _summary(p: RoutePrediction) -> str:
     parts = f"queue {p.prefill.queue_s:.3f} + prefill {p.prefill.prefill_s:.3f}"
     if p.prefill_worker is not None:
-        parts += f" + transfer {p.transfer_s:.3f} + first step {p.first_step_s:.3f}"
+        parts += f" + transfer {p.transfer_s:.3f}"
+        if p.decode_wait_s:
+            parts += f" + wait for {p.decode_worker.worker_id} {p.decode_wait_s:.3f}"
+        parts += f" + first step {p.first_step_s:.3f}"
     verdict = "meets" if p.meets_slo else "misses"
     return (f"{p.route} on {p.where}: TTFT {p.ttft_s:.3f} s ({parts}) vs SLO {p.ttft_slo_s:.3f} s, "
             f"ITL inflicted {p.prefill.itl_s:.3f} s vs TPOT SLO {p.tpot_slo_s:.3f} s, "
@@ -42,8 +60,12 @@ class AdaptivePolicy:
     estimate (see `route_prediction`):
         ok(c) = TTFT(c) <= TTFT SLO and ITL inflicted(c) <= TPOT SLO
     Best of each route: ok with the lowest TTFT, else the least violation
-    max(TTFT / SLO, ITL / TPOT SLO). Between routes: if both are ok, the lower engine time (ties
-    colocated); if one is ok, it; else the least violation.
+    max(TTFT / SLO, ITL / TPOT SLO). Between routes: if one is ok, it; if both are ok, the one
+    cheaper in worker time (engine seconds; exact ties: colocated); if both miss, the one that
+    violates less by more than `violation_tolerance` (relative), and when they miss by about as
+    much, the one taking less engine time from decode-capable workers. A long prompt that misses
+    its SLO either way thus goes to a prefill-only worker, keeping the decoder free for what
+    arrives next.
 
     `default_link`: used for pairs the view has no estimate for; None skips such pairs.
     """
@@ -53,6 +75,7 @@ class AdaptivePolicy:
     chunk_tokens: int = 2048
     decode_context_tokens: int = 1024
     default_link: LinkEstimate | None = None
+    violation_tolerance: float = 0.1
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -66,7 +89,9 @@ class AdaptivePolicy:
         best_by_route = {}
         for c in sorted(candidates, key=_candidate_key):
             best_by_route.setdefault(c.route, c)
-        chosen = min(best_by_route.values(), key=_route_key)
+        chosen = None
+        for p in best_by_route.values():
+            chosen = p if chosen is None else _better_route(chosen, p, self.violation_tolerance)
         return self._decision(chosen, [p for p in best_by_route.values() if p is not chosen], view)
 
     def _slos(self, request: RequestInfo) -> tuple[float, float]:

@@ -15,19 +15,48 @@ def _predictor() -> RoutePredictor:
     return RoutePredictor(StepTimeModel.from_roofline(spec, get_hardware("a100")), chunk_tokens=2048)
 
 
-def test_a_busy_decode_worker_delays_the_first_token_by_a_chunk_step():
+def test_a_decode_worker_busy_prefilling_delays_the_loaded_request():
     pred = _predictor()
     req = RequestInfo("r", num_prompt_tokens=1000, max_tokens=8)
     p = WorkerView("p", "prefill")
     idle_d = WorkerView("d", "both")
-    busy_d = WorkerView("d", "both", num_queued_prefill_tokens=5000)
+    busy_d = WorkerView("d", "both", num_queued_prefill_tokens=50_000)
     link = LinkEstimate(0.001, 10e9)
     part = pred.prefill_on(req, p)
     slos = (0.2, 0.1)
     idle = pred.disaggregated(req, p, idle_d, part, link, 10**6, slos)
     busy = pred.disaggregated(req, p, busy_d, part, link, 10**6, slos)
     model = pred.step_model
-    # 5,000 queued tokens: the shared step carries a full 2,048-token chunk; 1.5 such steps more.
-    chunk_s = model.predict(2048, 0, ()) - model.overhead_s
-    assert busy.first_step_s - idle.first_step_s == pytest.approx(1.5 * chunk_s)
-    assert busy.ttft_s > idle.ttft_s
+    # D must first finish its 50,000 queued tokens in 2,048-token steps; the KV arrives earlier.
+    d_queue_s = sum(model.chunked_prefill_steps_s(50_000, 0, 2048))
+    kv_ready_s = part.queue_s + part.prefill_s + busy.transfer_s
+    assert idle.decode_wait_s == 0.0
+    assert busy.decode_wait_s == pytest.approx(d_queue_s - kv_ready_s)
+    assert busy.ttft_s == pytest.approx(d_queue_s + busy.first_step_s)
+
+
+def test_a_short_decode_queue_hides_behind_the_transfer():
+    pred = _predictor()
+    req = RequestInfo("r", num_prompt_tokens=8000, max_tokens=8)
+    p, d = WorkerView("p", "prefill"), WorkerView("d", "both", num_queued_prefill_tokens=64)
+    part = pred.prefill_on(req, p)
+    r = pred.disaggregated(req, p, d, part, LinkEstimate(0.001, 10e9), 10**6, (1.0, 0.1))
+    assert r.decode_wait_s == 0.0  # D's 64 tokens are done long before P's 8,000 are
+
+
+def test_a_long_prompt_missing_either_way_goes_to_the_prefill_worker():
+    from schedulers.hardware import HardwareSpec
+    from schedulers.policies import AdaptivePolicy
+    from schedulers.types import ClusterView
+
+    # A machine ~1000x slower than an A100: 4,096 tokens take seconds on either route, far past
+    # the 0.2 s SLO, and the two violations differ by well under 10%.
+    slow = HardwareSpec.calibrated("slow", achieved_flops=50e9, achieved_bytes_per_s=20e9)
+    model = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], slow)
+    policy = AdaptivePolicy(model)
+    view = ClusterView((WorkerView("p", "prefill"), WorkerView("b", "both")),
+                       {("p", "b"): LinkEstimate(0.0001, 5e9)})
+    d = policy.decide(RequestInfo("r", 4096, 16), view)
+    col, dis = d.predictions["colocated.violation"], d.predictions["disaggregated.violation"]
+    assert col > 1 and dis > 1 and dis <= col * 1.1
+    assert (d.route, d.prefill_worker, d.decode_worker) == ("disaggregated", "p", "b")
