@@ -12,6 +12,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from pd_serve.prompts import random_prompt
 from pd_serve.report import format_table
 
 LENGTHS = (120, 600, 1500, 2500, 3500)
@@ -33,7 +34,7 @@ class Outcome:
 
 
 def _prompt(n: int, salt: int) -> list[int]:
-    return [(salt * 4099 + 37 * k + (k * k) % 17) % 256 for k in range(n)]
+    return random_prompt(n, f"accuracy/{salt}")
 
 
 def run_mixed_workload(dep, num_requests: int = 24, concurrency: int = 2, max_tokens: int = 8,

@@ -14,13 +14,13 @@ import argparse
 import sys
 import threading
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
 from bench.metrics import (RequestRecord, SloSpec, markdown_table, records_to_dicts, summarize,
                            write_json, write_markdown)
+from pd_serve.prompts import random_prompt
 from bench.workloads import WORKLOAD_NAMES, RequestSpec, Workload, make_workload
 
 # stream(prompt_token_ids, max_tokens, route) -> iterator of items as Deployment.stream yields them
@@ -28,9 +28,9 @@ StreamFn = Callable[..., Any]
 
 
 def prompt_for(spec: RequestSpec, vocab_size: int, salt: int = 0) -> list[int]:
-    """Distinct token ids per request (no prefix-cache hits between requests), reproducible."""
-    h = (zlib.crc32(spec.request_id.encode()) ^ salt) & 0xFFFF
-    return [(h * 2654435761 + 40503 * k + (k * k) % 97) % min(vocab_size, 256) for k in range(spec.input_tokens)]
+    """Random token ids, reproducible per (request id, salt): two requests share a first block
+    with probability ~256^-32, so no prefix-cache hit makes a request look cheaper than it is."""
+    return random_prompt(spec.input_tokens, f"{spec.request_id}/{salt}", vocab_size)
 
 
 def _serve_one(stream: StreamFn, spec: RequestSpec, vocab_size: int, route: str, salt: int) -> RequestRecord:

@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+from pd_serve.prompts import random_prompt
 from pd_serve.report import format_table
 
 
 def _prompt(num_tokens: int, salt: int) -> list[int]:
-    return [(salt * 7919 + 131 * k + (k * k) % 13) % 256 for k in range(num_tokens)]
+    return random_prompt(num_tokens, f"figures/{salt}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
+from pd_serve.prompts import random_prompt
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import StepSample, StepTimeModel
 from transfer.kv_geometry import KVGeometry
@@ -33,8 +34,8 @@ RunFn = Callable[[str, list[int], int, "asyncio.Event | None"], Awaitable[None]]
 StepsFn = Callable[[float], list[dict]]
 
 
-def _ids(n: int, salt: int, vocab: int) -> list[int]:
-    return [(salt * 7907 + 97 * k + (k * k) % 5) % min(vocab, 256) for k in range(n)]
+def _ids(n: int, salt: int | str, vocab: int) -> list[int]:
+    return random_prompt(n, f"calibration/{salt}", vocab)
 
 
 async def run_calibration_probes(run: RunFn, steps_since: StepsFn, vocab: int, max_model_len: int,
@@ -61,11 +62,11 @@ async def run_calibration_probes(run: RunFn, steps_since: StepsFn, vocab: int, m
 async def _mixed_probe(run: RunFn, steps_since: StepsFn, vocab: int, num_decodes: int,
                        num_prefill: int, tag: str) -> list[dict]:
     started = [asyncio.Event() for _ in range(num_decodes)]
-    decodes = [asyncio.ensure_future(run(f"calib-m{tag}-d{j}", _ids(DECODE_PROMPT_TOKENS, 5000 + j, vocab),
+    decodes = [asyncio.ensure_future(run(f"calib-m{tag}-d{j}", _ids(DECODE_PROMPT_TOKENS, f"m{tag}-d{j}", vocab),
                                          4 * DECODE_OUTPUT_TOKENS, started[j])) for j in range(num_decodes)]
     await asyncio.gather(*(e.wait() for e in started))
     t0 = time.time()
-    await run(f"calib-m{tag}-p", _ids(num_prefill, 7000 + num_prefill, vocab), 1, None)
+    await run(f"calib-m{tag}-p", _ids(num_prefill, f"m{tag}-p", vocab), 1, None)
     steps = steps_since(t0)
     await asyncio.gather(*decodes)
     return _prefill_samples(steps, decode_contexts=(DECODE_PROMPT_TOKENS + 2 * DECODE_OUTPUT_TOKENS,) * num_decodes)

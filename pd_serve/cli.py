@@ -15,6 +15,8 @@ DEFAULT_CONFIG = "configs/hybrid.yaml"
 def _cmd_up(args: argparse.Namespace) -> int:
     from pd_serve import deploy
 
+    if args.detach:
+        return _up_detached(args)
     dep = deploy(args.config, address=args.address, **_frontend_kwargs(args))  # [frontdoors]
     print(f"pd-serve: deployment '{dep.config.name}' ready in {dep.start_s:.1f}s with workers "
           + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()), flush=True)
@@ -30,6 +32,57 @@ def _cmd_up(args: argparse.Namespace) -> int:
     finally:
         print("pd-serve: shutting down", flush=True)
         dep.shutdown()
+    return 0
+
+
+def _up_detached(args: argparse.Namespace) -> int:
+    """Deploy named, detached actors on the running cluster and return (for `ray job submit`)."""
+    from pd_serve import deploy
+    from pd_serve.config import load_config
+    from pd_serve.detached import connect, list_deployments
+
+    name = args.name or load_config(args.config).name
+    connect(args.address)
+    if name in list_deployments():
+        print(f"pd-serve: a deployment named {name!r} is already running; `pd-serve down --name "
+              f"{name}` first, or pass another --name", file=sys.stderr)
+        return 2
+    dep = deploy(args.config, detached_name=name, **_frontend_kwargs(args))
+    print(f"pd-serve: deployment '{name}' is up (detached) in {dep.start_s:.1f}s: "
+          + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()), flush=True)
+    if dep.addresses is not None:
+        print(f"pd-serve: gRPC at {dep.addresses.grpc or 'off'}, HTTP at {dep.addresses.http_url or 'off'}",
+              flush=True)
+    print(f"pd-serve: `pd-serve status --name {name}` / `pd-serve down --name {name}`", flush=True)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from pd_serve.detached import connect, resolve_name, status
+
+    connect(args.address)
+    st = status(resolve_name(args.name))
+    if args.json:
+        print(json.dumps(st, default=str))
+        return 0
+    print(f"deployment {st['name']}: policy {st['policy']}, gRPC {st['grpc'] or 'off'}, "
+          f"HTTP {st['http'] or 'off'}")
+    for wid, w in st["workers"].items():
+        load = w.get("load", {})
+        print(f"  {wid:<12} {w['role']:<8} {'up' if w['healthy'] else 'DOWN':<5} running "
+              f"{load.get('num_running', '-')} waiting {load.get('num_waiting', '-')} "
+              f"KV {load.get('kv_cache_usage', 0.0):.2f}")
+    print(f"  counters: {st['counters']}")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    from pd_serve.detached import connect, down, resolve_name
+
+    connect(args.address)
+    name = resolve_name(args.name)
+    removed = down(name)
+    print(f"pd-serve: deployment '{name}' is down ({len(removed)} actors removed)")
     return 0
 
 
@@ -125,7 +178,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--config", default=DEFAULT_CONFIG)
     up.add_argument("--address", default=None, help="Ray cluster to join (default: start one)")
     _add_frontend_args(up)  # [frontdoors]
+    up.add_argument("--detach", action="store_true",
+                    help="start named, detached actors on the running cluster and return")
+    up.add_argument("--name", default=None, help="deployment name (default: the config's name)")
     up.set_defaults(func=_cmd_up)
+    st = sub.add_parser("status", help="a detached deployment's workers, load and counters")
+    st.add_argument("--name", default=None)
+    st.add_argument("--address", default=None)
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_cmd_status)
+    dn = sub.add_parser("down", help="stop a detached deployment and everything it started")
+    dn.add_argument("--name", default=None)
+    dn.add_argument("--address", default=None)
+    dn.set_defaults(func=_cmd_down)
     gen = sub.add_parser("generate", help="deploy, run one prompt, print the result, tear down")
     gen.add_argument("prompt")
     gen.add_argument("--config", default=DEFAULT_CONFIG)
@@ -168,9 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from pd_serve.config import ConfigError
     from pd_serve.request import InvalidRequestError
+    from pd_serve.detached import DeploymentNotFoundError
     try:
         return args.func(args)
-    except (ConfigError, InvalidRequestError) as err:
+    except (ConfigError, InvalidRequestError, DeploymentNotFoundError, ConnectionError) as err:
         print(f"pd-serve: {err}", file=sys.stderr)
         return 2
 

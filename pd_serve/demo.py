@@ -6,11 +6,12 @@ import argparse
 import sys
 import time
 
+from pd_serve.prompts import random_prompt
 from pd_serve.report import RESULT_HEADERS, format_table, result_row
 
 
 def _prompt(num_tokens: int, salt: int) -> list[int]:
-    return [(salt * 131 + 17 * k + (k * k) % 7) % 256 for k in range(num_tokens)]
+    return random_prompt(num_tokens, f"demo/{salt}")
 
 
 def run_demo(config: str, max_tokens: int = 16) -> int:

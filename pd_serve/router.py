@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
+from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
 from schedulers.feedback import TtftFeedback
@@ -296,6 +297,10 @@ class Router:
         """(route, predicted TTFT s, actual TTFT s) of recent requests that had a prediction."""
         return list(self.prediction_log)
 
+    async def handles(self) -> dict[str, Any]:
+        """The worker actors (for `pd-serve down` on a detached deployment)."""
+        return dict(self.workers)
+
     async def seed_links(self, probe: dict) -> None:
         """Start each pair's link model from a NIXL probe (transfer.probe_report JSON)."""
         self.links.load_probe_results(probe)
@@ -405,7 +410,7 @@ class Router:
 
     async def _warm_transfer(self, p: str, d: str, num_tokens: int, salt: int) -> tuple[int, float]:
         rid = f"warmup-{p}-{d}-{salt}-{uuid.uuid4().hex[:8]}"
-        ids = [(7 * k + 13 * salt) % min(self.vocab_size, 256) for k in range(num_tokens)]
+        ids = random_prompt(num_tokens, rid, self.vocab_size)
         dec = Decision(route="disaggregated", decode_worker=d, prefill_worker=p, reason="warm-up")
         req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1)
         kv, fb = await self._remote_prefill(rid, ids, req, dec)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from pd_serve.config import EngineConfig
+from pd_serve.prompts import random_prompt
 from transfer.probe_host import ProbeHost
 
 logger = logging.getLogger(__name__)
@@ -149,7 +150,7 @@ class EngineWorker(ProbeHost):
         e = self.spec.engine
         n = max(1, min(e.max_num_batched_tokens, e.max_model_len - 2, 4096))
         vocab = self.info.vocab_size
-        ids = [(31 * k + 7) % vocab for k in range(n)]
+        ids = random_prompt(n, f"warmup/{self.spec.worker_id}", vocab)
         async for _ in self.generate(f"warmup-{self.spec.worker_id}", ids, {"max_tokens": 2}):
             pass
         await self.engine.reset_prefix_cache()

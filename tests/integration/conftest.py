@@ -9,4 +9,5 @@ os.environ.setdefault("PD_SERVE_DEVICE", "cpu")
 
 def distinct_prompt(num_tokens: int, salt: int) -> list[int]:
     """A prompt no other test uses (different salt, different tokens): no prefix-cache hits."""
-    return [(salt * 7919 + 131 * k + (k * k) % 11) % 256 for k in range(num_tokens)]
+    from pd_serve.prompts import random_prompt
+    return random_prompt(num_tokens, f"test/{salt}")
