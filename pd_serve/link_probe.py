@@ -35,14 +35,16 @@ def probe_links(workers: dict[str, Any], infos: dict[str, WorkerInfo], device: s
     layout = BlockLayout.from_geometry(geometry, max_num_tokens=info.max_model_len)
     settings = ProbeSettings(max_seconds=max_seconds, num_reps=5)
     results = []
-    try:
-        for p, d in transfer_pairs(infos):
+    for p, d in transfer_pairs(infos):
+        try:
             results.append(run_probe_between(workers[p], workers[d], layout, prefill_id=p,
                                              decode_id=d, device="cpu" if device == "cpu" else "cuda",
                                              settings=settings))
-            fit = results[-1].fit
-            logger.info("link %s->%s: alpha %.3f ms, beta %.2f GB/s (r2 %.2f)", p, d,
-                        fit.alpha_s * 1e3, fit.beta_bytes_per_s / 1e9, fit.r2)
-    finally:
-        ray.get([w.probe_close.remote() for w in workers.values()])
+        finally:
+            # Fresh endpoints per pair: a reader's buffer holds what it read, and would fail the
+            # byte check if the same worker were probed as a source next.
+            ray.get([workers[p].probe_close.remote(), workers[d].probe_close.remote()])
+        fit = results[-1].fit
+        logger.info("link %s->%s: alpha %.3f ms, beta %.2f GB/s (r2 %.2f)", p, d,
+                    fit.alpha_s * 1e3, fit.beta_bytes_per_s / 1e9, fit.r2)
     return results
