@@ -27,7 +27,7 @@ from pd_serve.metrics import METRIC_NAMES  # noqa: E402
 from pd_serve.proto import pd_serve_pb2 as pb  # noqa: E402
 from pd_serve.proto import pd_serve_pb2_grpc as pb_grpc  # noqa: E402
 
-from .conftest import distinct_prompt  # noqa: E402
+from .conftest import BAD_INPUTS, distinct_prompt  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -185,14 +185,6 @@ def _tokenizer_path() -> str:
 
 
 # ---- bad input -----------------------------------------------------------------------------
-BAD_INPUTS = [
-    ({"prompt": ""}, "prompt is empty"),
-    ({"prompt_token_ids": list(range(200)) * 41}, "max_model_len"),
-    ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "hi", "route": "sideways"}, "unknown route"),
-    ({"prompt": "hi", "temperature": -1.0}, "temperature"),
-    ({"prompt_token_ids": [1, 2, 100000]}, "outside the vocabulary"),
-]
 
 
 @pytest.mark.parametrize("kwargs, message", BAD_INPUTS)

@@ -17,7 +17,7 @@ import ray
 from pd_serve import InvalidRequestError, deploy
 from transfer.kv_geometry import KVGeometry
 
-from .conftest import distinct_prompt
+from .conftest import BAD_INPUTS, distinct_prompt
 
 pytestmark = pytest.mark.integration
 
@@ -87,14 +87,7 @@ def test_streaming_yields_tokens_before_the_result(hybrid):
     assert items[-1]["result"].text  # detokenized
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"prompt": ""}, "prompt is empty"),
-    ({"prompt_token_ids": list(range(200)) * 41}, "max_model_len"),
-    ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
-    ({"prompt": "hi", "route": "sideways"}, "unknown route"),
-    ({"prompt": "hi", "temperature": -1.0}, "temperature"),
-    ({"prompt_token_ids": [1, 2, 100000]}, "outside the vocabulary"),
-])
+@pytest.mark.parametrize("kwargs, message", BAD_INPUTS)
 def test_bad_input_gets_a_clear_error_and_service_continues(hybrid, kwargs, message):
     with pytest.raises(InvalidRequestError, match=message):
         hybrid.generate(**kwargs)
