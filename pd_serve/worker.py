@@ -252,9 +252,6 @@ class EngineWorker(ProbeHost):
     async def reset_prefix_cache(self) -> bool:
         return await self.engine.reset_prefix_cache()
 
-    def pid(self) -> int:
-        return os.getpid()
-
     def child_pids(self) -> list[int]:
         """The engine's processes (EngineCore and its workers), for reaping after a hard kill."""
         import psutil
