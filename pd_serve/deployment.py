@@ -38,8 +38,12 @@ def init_ray(address: str | None = None, namespace: str = NAMESPACE) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # listeners on loopback
-    started = not (address or os.environ.get("RAY_ADDRESS"))
-    ray.init(address=address, namespace=namespace, include_dashboard=False,
+    address = address or os.environ.get("RAY_ADDRESS")
+    started = not address
+    # "local", not None: with no address Ray attaches to the cluster named in
+    # /tmp/ray/ray_current_cluster, and when that cluster died without `ray stop` (a killed
+    # session) ray.init() waits for its GCS forever. We mean "start one of our own".
+    ray.init(address=address or "local", namespace=namespace, include_dashboard=False,
              log_to_driver=os.environ.get("PD_SERVE_RAY_LOGS", "0") == "1",
              ignore_reinit_error=True)
     return started

@@ -30,12 +30,32 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    hint = "start one with `ray start --head` or pass --address"
     try:
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto", namespace=NAMESPACE,
-                 log_to_driver=False)
+        address = _resolve_cluster_address(address or os.environ.get("RAY_ADDRESS") or "auto")
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError as err:
-        raise ConnectionError(f"no running Ray cluster to join ({err}); start one with "
-                              "`ray start --head` or pass --address") from None
+        raise ConnectionError(f"no running Ray cluster to join ({err}); {hint}") from None
+
+
+def _resolve_cluster_address(address: str, timeout_s: float = 3.0) -> str:
+    """`address` ("auto" resolved the way Ray does), checked to accept connections.
+
+    Ray's own connect waits for an unreachable GCS forever, and "auto" picks up the address a
+    `ray start` recorded even after that cluster was killed without `ray stop`: fail fast."""
+    import socket
+
+    from ray._private.services import get_ray_address_from_environment
+
+    resolved = get_ray_address_from_environment(address, None) if address == "auto" else address
+    if "://" in resolved or ":" not in resolved:
+        return resolved  # ray:// client addresses and the like: Ray's own errors apply
+    host, port = resolved.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as err:
+        raise ConnectionError(f"the Ray cluster at {resolved} does not answer: {err}") from None
+    return resolved
 
 
 def list_deployments() -> list[str]:
