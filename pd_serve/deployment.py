@@ -65,6 +65,7 @@ class Deployment:
     vocab_size: int = 0
     calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
     link_probes: list = field(default_factory=list)  # transfer.probe_records.PairProbeResult per pair
+    links_at_start: dict = field(default_factory=dict)  # the router's link models once deploy() returns
     frontend: Any = None  # [frontdoors] the actor serving gRPC/HTTP, None when no server runs
     addresses: FrontendAddresses | None = None  # [frontdoors] where those servers listen
     _closed: bool = False
@@ -269,13 +270,14 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
             probe_results = probe_links(workers, infos, device, cfg.transfer.probe_max_seconds)
             ray.get(router.seed_links.remote(probe_json(probe_results)))
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
+        links_at_start = ray.get(router.link_models.remote())
     except BaseException:
         if owns_ray:
             ray.shutdown()
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
                      child_pids, ready["max_model_len"], ready["vocab_size"], calibration,
-                     probe_results)
+                     probe_results, links_at_start)
     if frontend_settings.is_enabled:  # [frontdoors]
         _start_frontend(dep, model, frontend_settings, detached_name)
     logger.info("deployment %s ready in %.1fs (%d workers)", cfg.name, dep.start_s, len(workers))

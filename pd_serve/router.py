@@ -18,6 +18,7 @@ import collections
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
@@ -32,11 +33,14 @@ from schedulers.step_time import StepTimeModel
 from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
                               WorkerView)
 from transfer.kv_geometry import KVGeometry
-from transfer.link_model import LinkFit, LinkModelRegistry, fit_link
+from transfer.link_model import LinkFit, LinkModelRegistry, engine_overhead_s, fit_link
 
 logger = logging.getLogger(__name__)
 
 LOAD_POLL_INTERVAL_S = 0.25
+# Blocks per warm-up transfer of each pair: the first pays the NIXL handshake; the rest measure
+# what vLLM's load path adds to the probed link (five, for a median that shrugs off one stall).
+WARMUP_TRANSFER_BLOCKS = (2, 2, 16, 64, 16, 64)
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                      "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
@@ -87,6 +91,8 @@ class Router:
                                 if role in ("decode", "both") and rc.count > 0)
         self.predictor = RoutePredictor(step_model, self.chunk_tokens) if step_model else None
         self.links = LinkModelRegistry()
+        self.probe_fits: dict[tuple[str, str], LinkFit] = {}  # the NIXL probe's raw link fits
+        self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         self._scale_at_decision: dict[str, float] = {}
         self.auto_policy = self._build_auto_policy()
@@ -304,9 +310,16 @@ class Router:
     async def seed_links(self, probe: dict) -> None:
         """Start each pair's link model from a NIXL probe (transfer.probe_report JSON)."""
         self.links.load_probe_results(probe)
+        for pair in probe["pairs"]:
+            self.probe_fits[(pair["prefill_id"], pair["decode_id"])] = LinkFit.from_dict(pair["fit"])
 
     async def link_models(self) -> dict:
-        return self.links.to_dict()
+        """Each pair's current model, with the engine overhead measured at start-up."""
+        out = self.links.to_dict()
+        for entry in out["models"]:
+            entry["engine_overhead_s"] = self.engine_overheads.get(
+                (entry["prefill_id"], entry["decode_id"]))
+        return out
 
     async def _remote_prefill(self, rid: str, token_ids: list[int], req: GenerateRequest,
                               decision: Decision) -> tuple[dict | None, str | None]:
@@ -391,18 +404,25 @@ class Router:
                     continue
                 t0 = time.perf_counter()
                 samples = []
-                # The first transfer pays the handshake; the next ones seed the link model with
-                # real vLLM transfers of several sizes, refined later by every request.
-                for k, num_blocks in enumerate((2, 2, 16, 64)):
+                # The first transfer pays the handshake; the next ones are real vLLM transfers
+                # of several sizes, refined later by every request.
+                for k, num_blocks in enumerate(WARMUP_TRANSFER_BLOCKS):
                     salt = 10 * len(out) + k  # distinct prompts: no prefix-cache hit on either side
                     num_bytes, seconds = await self._warm_transfer(p, d, num_blocks * block + 1, salt)
                     if k == 0:
                         out[f"{p}->{d}"] = time.perf_counter() - t0
                     else:
                         samples.append((num_bytes, seconds))
-                if self.links.has(p, d):  # probed: the warm-up transfers are its first evidence
-                    for num_bytes, seconds in samples:
-                        self.links.observe(p, d, num_bytes, seconds)
+                fit = self.probe_fits.get((p, d))
+                if fit is not None:
+                    # Probed: the probe gives the link's bandwidth over the whole size range;
+                    # the real transfers add what the engine's load path costs on top of it.
+                    overhead = engine_overhead_s(fit, samples)
+                    self.engine_overheads[(p, d)] = overhead
+                    self.links.seed(p, d, replace(fit, alpha_s=fit.alpha_s + overhead))
+                    logger.info("link %s->%s: engine adds %.2f ms per transfer to the probe's "
+                                "%.3f ms + bytes / %.2f GB/s", p, d, overhead * 1e3,
+                                fit.alpha_s * 1e3, fit.beta_bytes_per_s / 1e9)
                 else:
                     self.links.seed(p, d, _fit_or_bound(samples))
         self.counters.clear()

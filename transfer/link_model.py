@@ -152,6 +152,20 @@ def fit_link(samples: list[tuple[int, float]], weighting: str = "relative") -> L
                    _r2(medians, alpha_s, seconds_per_byte), len(samples))
 
 
+def engine_overhead_s(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> float:
+    """What the engine's own load path adds to each transfer, beyond the link the probe timed.
+
+    A probe READ is timed from post to completion; vLLM's transfer time runs from post until
+    the engine next checks its transfers, at the end of the step that posted it, so every real
+    transfer carries a near-constant extra (milliseconds on a CPU engine, whose steps are).
+    The median over a few real transfers of `measured - fit.predict(bytes)`, never negative.
+    """
+    excess = [t - fit.predict(b) for b, t in real_transfers]
+    if not excess:
+        raise ValueError("engine_overhead_s needs at least one real transfer")
+    return max(0.0, statistics.median(excess))
+
+
 @dataclass
 class _WeightedSums:
     """Sufficient statistics of a weighted line fit; decaying them all is forgetting."""

@@ -16,6 +16,7 @@ import ray
 
 from pd_serve import InvalidRequestError, deploy
 from transfer.kv_geometry import KVGeometry
+from transfer.link_model import OnlineLinkModel
 
 from .conftest import BAD_INPUTS, distinct_prompt
 
@@ -48,6 +49,29 @@ def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
     assert first.route == "disaggregated" and first.kv_transfer_bytes > 0
     median = statistics.median(r.ttft_s for r in steady)
     assert first.ttft_s <= 1.5 * median, (first.ttft_s, [r.ttft_s for r in steady])
+
+
+@pytest.mark.parametrize("num_tokens", [1500, 4000])
+def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
+    """The model deploy() ends with (NIXL probe sweep + the engine overhead from the warm-up
+    transfers), before any user request refined it, against five real transfers of each size."""
+    start = next(m for m in hybrid.links_at_start["models"]
+                 if (m["prefill_id"], m["decode_id"]) == ("prefill-0", "both-0"))
+    assert start["engine_overhead_s"] is not None  # the probe ran and the warm-up measured it
+    model = OnlineLinkModel.from_dict(start["model"])
+    errors, pairs = [], []
+    for k in range(5):
+        r = hybrid.generate(prompt_token_ids=distinct_prompt(num_tokens, 9000 + 10 * num_tokens + k),
+                            max_tokens=2, route="disaggregated")
+        assert r.route == "disaggregated" and r.kv_transfer_bytes > 0 and r.kv_transfer_s
+        predicted = model.predict(r.kv_transfer_bytes)
+        pairs.append((round(r.kv_transfer_s * 1e3, 2), round(predicted * 1e3, 2)))
+        errors.append(abs(predicted - r.kv_transfer_s) / r.kv_transfer_s)
+    # The issue's target is 30%, measured by `python -m bench.transfer_prediction`; real
+    # transfers on this shared 2-core machine swing 2x between identical requests, so the test
+    # guards the model's shape (the probe alone was 70-90% low before the engine overhead was
+    # added) with a bound that noise does not cross.
+    assert statistics.median(errors) <= 0.50, ("(actual ms, predicted ms)", pairs, start)
 
 
 @pytest.mark.parametrize("num_tokens", [10, 1500, 4000])

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from transfer.link_model import LinkFit, LinkModelRegistry, OnlineLinkModel, fit_link
+from transfer.link_model import (LinkFit, LinkModelRegistry, OnlineLinkModel, engine_overhead_s,
+                                 fit_link)
 
 ALPHA_S = 50e-6          # 50 us fixed cost per transfer
 BETA_BYTES_PER_S = 3e9   # 3 GB/s
@@ -123,3 +124,13 @@ def test_registry_seeds_from_probe_json_and_observes_per_pair():
         registry.predict("p0", "d1", 1)
     again = LinkModelRegistry.from_dict(registry.to_dict())
     assert again.predict("p0", "d0", 3 << 20) == pytest.approx(registry.predict("p0", "d0", 3 << 20))
+
+
+def test_engine_overhead_is_the_median_excess_over_the_probe_and_never_negative():
+    fit = LinkFit(alpha_s=20e-6, beta_bytes_per_s=5e9)
+    real = [(n, fit.predict(n) + 2e-3 + jitter) for n, jitter in
+            [(1 << 20, 0.0), (4 << 20, 3e-4), (16 << 20, -2e-4), (8 << 20, 9e-3)]]  # one stall
+    assert engine_overhead_s(fit, real) == pytest.approx(2e-3 + 1.5e-4)
+    assert engine_overhead_s(fit, [(1 << 20, fit.predict(1 << 20) / 2)]) == 0.0
+    with pytest.raises(ValueError):
+        engine_overhead_s(fit, [])
