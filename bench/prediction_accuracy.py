@@ -20,6 +20,7 @@ LENGTHS = (120, 600, 1500, 2500, 3500)
 
 @dataclass
 class Outcome:
+    request_id: str
     num_prompt_tokens: int
     route: str
     predicted_ttft_s: float | None
@@ -55,7 +56,7 @@ def run_mixed_workload(dep, num_requests: int = 24, concurrency: int = 2, max_to
                 errors.append(err)
                 return
             with lock:
-                outcomes.append(Outcome(n, r.route, r.predicted_ttft_s, r.ttft_s, r.decision_reason))
+                outcomes.append(Outcome(r.request_id, n, r.route, r.predicted_ttft_s, r.ttft_s, r.decision_reason))
 
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for t in threads:
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="configs/hybrid.yaml")
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--explain", action="store_true", help="print each decision's reason too")
     args = ap.parse_args(argv)
 
     from pd_serve import deploy
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [[o.num_prompt_tokens, o.route, o.predicted_ttft_s and o.predicted_ttft_s * 1e3,
              o.ttft_s * 1e3, o.rel_error] for o in outcomes]
     print(format_table(["prompt tok", "route", "predicted ms", "actual ms", "rel error"], rows))
+    if args.explain:
+        for i, o in enumerate(outcomes):
+            print(f"{i:>3} {o.num_prompt_tokens:>5} {o.route:<13} {o.ttft_s * 1e3:7.1f} ms: {o.reason}")
     for route in ("colocated", "disaggregated", None):
         print(f"median |pred - actual| / actual ({route or 'all'}): {median_rel_error(outcomes, route):.3f}")
     return 0

@@ -69,6 +69,8 @@ def _is_actor_failure(err: BaseException) -> bool:
 class Router:
     def __init__(self, config: DeploymentConfig, workers: dict[str, Any], infos: dict[str, WorkerInfo],
                  tokenizer_path: str, step_model: StepTimeModel | None = None):
+        from pd_serve.logs import log_to_stderr
+        log_to_stderr()  # the one-line explanation of every decision must reach the logs
         self.config = config
         self.workers = workers
         self.infos = infos
@@ -166,22 +168,26 @@ class Router:
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
         return ClusterView(workers=tuple(workers), links=links, kv_bytes_per_token=any_geo.bytes_per_token)
 
-    def _predict_ttft_s(self, decision: Decision, info: RequestInfo, view: ClusterView) -> float | None:
-        """TTFT the calibrated cost model expects for the route taken, whichever policy chose it."""
+    def _with_predictions(self, decision: Decision, info: RequestInfo, view: ClusterView) -> Decision:
+        """The decision with the calibrated cost model's predictions for the route taken, whichever
+        policy chose it (the adaptive policy brings its own)."""
         if decision.predicted_ttft_s is not None or self.predictor is None:
-            return decision.predicted_ttft_s
+            return decision
         by_id = {w.worker_id: w for w in view.workers}
         slos = self.slo_table.for_request(info)
         decode = by_id[decision.decode_worker]
         if decision.route == "colocated":
-            return self.predictor.colocated(info, decode, slos).ttft_s
-        link = view.link(decision.prefill_worker, decision.decode_worker)
-        if link is None:
-            return None
-        prefill = by_id[decision.prefill_worker]
-        kv_bytes = self.geometry[decision.decode_worker].bytes_for_tokens(info.num_prompt_tokens)
-        part = self.predictor.prefill_on(info, prefill)
-        return self.predictor.disaggregated(info, prefill, decode, part, link, kv_bytes, slos).ttft_s
+            route = self.predictor.colocated(info, decode, slos)
+        else:
+            link = view.link(decision.prefill_worker, decision.decode_worker)
+            if link is None:
+                return decision
+            prefill = by_id[decision.prefill_worker]
+            kv_bytes = self.geometry[decision.decode_worker].bytes_for_tokens(info.num_prompt_tokens)
+            part = self.predictor.prefill_on(info, prefill)
+            route = self.predictor.disaggregated(info, prefill, decode, part, link, kv_bytes, slos)
+        return Decision(decision.route, decision.decode_worker, decision.prefill_worker,
+                        decision.reason, route.ttft_s, {**decision.predictions, **route.as_dict()})
 
     async def status(self) -> dict:
         await self._poll_loads_once()
@@ -203,13 +209,9 @@ class Router:
         view = self.view()
         policy = self.auto_policy if req.route == "auto" else self.route_policies[req.route]
         try:
-            decision = policy.decide(info, view)
-            predicted = self._predict_ttft_s(decision, info, view)
-            if predicted is not None:
+            decision = self._with_predictions(policy.decide(info, view), info, view)
+            if decision.predicted_ttft_s is not None:
                 self._scale_at_decision[rid] = self._step_scale
-            if predicted != decision.predicted_ttft_s:
-                decision = Decision(decision.route, decision.decode_worker, decision.prefill_worker,
-                                    decision.reason, predicted, decision.predictions)
             return decision, None
         except NoCandidateError as err:
             if req.route == "colocated":
@@ -273,19 +275,31 @@ class Router:
             result.itl_s = [b - a for a, b in zip(result.token_times, result.token_times[1:])]
         result.text = self._tokenizer.decode(result.token_ids, skip_special_tokens=True)
         self.counters["requests_finished"] += 1
-        self._observe_actuals(result)
-        self.metrics.observe_result(result, prefill_time_s(result, t_dispatch, t_decode_start))  # [frontdoors]
+        prefill_s = prefill_time_s(result, t_dispatch, t_decode_start)
+        self._observe_actuals(result, decision, prefill_s)
+        self.metrics.observe_result(result, prefill_s)  # [frontdoors]
         yield {"type": "result", "result": result.to_dict()}
 
-    def _observe_actuals(self, result: GenerateResult) -> None:
-        """Feed what really happened back: the link model learns every transfer."""
+    def _observe_actuals(self, result: GenerateResult, decision: Decision,
+                         prefill_s: float | None) -> None:
+        """Feed what really happened back: the link model learns every transfer; the step
+        model's speed factor learns from every prefill."""
         if result.route == "disaggregated" and result.kv_transfer_bytes > 0 and result.kv_transfer_s:
             self.links.observe(result.prefill_worker, result.decode_worker, result.kv_transfer_bytes,
                                result.kv_transfer_s)
-        if result.predicted_ttft_s is not None and result.ttft_s > 0 and result.fallback is None:
-            self.prediction_log.append((result.route, result.predicted_ttft_s, result.ttft_s))
+        if result.predicted_ttft_s is None or result.ttft_s <= 0 or result.fallback is not None:
+            return
+        self.prediction_log.append((result.route, result.predicted_ttft_s, result.ttft_s))
+        # The speed factor compares the prefill's queue + compute, not the whole TTFT: a
+        # disaggregated request's wait on a decode worker that later arrivals keep busy says
+        # nothing about how fast the engines run, and scaling every step by it would make all
+        # predictions, colocated ones included, too slow (seen here: 600-token prompts
+        # predicted at 110 ms while they took 75).
+        predicted_prefill_s = (decision.predictions.get(f"{result.route}.queue_s", 0.0)
+                               + decision.predictions.get(f"{result.route}.prefill_s", 0.0))
+        if prefill_s and predicted_prefill_s > 0:
             scale = self._scale_at_decision.get(result.request_id, self._step_scale)
-            self.feedback.observe(result.predicted_ttft_s / scale, result.ttft_s)
+            self.feedback.observe(predicted_prefill_s / scale, prefill_s)
             self._follow_feedback()
 
     def _follow_feedback(self) -> None:

@@ -16,7 +16,8 @@ NIXL's place on the CPU.
    ends up computing on that one core (seen here: both engines of a 2-core deployment on core 1,
    core 0 idle; real KV transfers slowed 2-5x and drifting as the two engines collided). When
    pd-serve pins an engine (`VLLM_CPU_OMP_THREADS_BIND`), the reserved cores are that engine's
-   own, so the call keeps the thread where the binding put it.
+   own, so the call keeps the thread where the binding put it. `PD_SERVE_KEEP_ENGINE_CORES=0`
+   leaves vLLM's behaviour (for side-by-side measurements).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 DELAY_ENV = "PD_SERVE_NIXL_PROGRESS_DELAY_US"
 DEFAULT_DELAY_US = 100
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+KEEP_CORES_ENV = "PD_SERVE_KEEP_ENGINE_CORES"
 
 
 def register() -> None:
@@ -49,6 +51,8 @@ def bound_cores(bind: str | None) -> list[int] | None:
 
 
 def _keep_kv_transfer_on_engine_cores() -> None:
+    if os.environ.get(KEEP_CORES_ENV, "1") == "0":
+        return
     cores = bound_cores(os.environ.get(BIND_ENV))
     if cores is None:
         return

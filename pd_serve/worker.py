@@ -95,6 +95,8 @@ class EngineWorker(ProbeHost):
     very processes whose engines transfer KV."""
 
     def __init__(self, spec: WorkerSpec):
+        from pd_serve.logs import log_to_stderr
+        log_to_stderr()
         self.spec = spec
         self.engine = None
         self.info: WorkerInfo | None = None

@@ -124,7 +124,7 @@ class AdaptivePolicy:
     def _decision(self, chosen: RoutePrediction, others: Sequence[RoutePrediction],
                   view: ClusterView) -> Decision:
         predictions = {"ttft_slo_s": chosen.ttft_slo_s, "tpot_slo_s": chosen.tpot_slo_s}
-        for p in (chosen, *others):
+        for p in (*others, chosen):  # the chosen candidate's figures win a shared route prefix
             predictions.update(p.as_dict())
         reason = "chose " + _summary(chosen)
         if others:

@@ -6,14 +6,17 @@ and the last ones kill the prefill worker and shut everything down.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 import ray
 
+from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import OnlineLinkModel
@@ -144,6 +147,34 @@ def test_kv_cache_returns_to_zero_after_a_batch(hybrid):
             break
         time.sleep(0.5)
     assert all(u == 0.0 for u in usage.values()), usage
+
+
+def _router_log_lines(dep) -> list[str]:
+    """What the router actor wrote to stderr, from the Ray session's log folder."""
+    pid = ray.get(dep.router.__ray_call__.remote(lambda self: os.getpid()))
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    return [line for f in logs.glob(f"worker-*-{pid}.err") for line in f.read_text().splitlines()]
+
+
+def test_adaptive_predictions_track_actual_ttft_and_every_decision_is_logged(hybrid):
+    outcomes = run_mixed_workload(hybrid, num_requests=20, concurrency=2, max_tokens=4, salt=77)
+    assert len(outcomes) == 20 and all(o.predicted_ttft_s for o in outcomes)
+    # The issue's target is 25% (measured 14% by `python -m bench.prediction_accuracy`); this
+    # bound leaves room for this shared machine's noise and still fails a model that is off by
+    # a constant factor, as the uncalibrated roofline would be.
+    error = median_rel_error(outcomes)
+    assert error <= 0.35, [(o.num_prompt_tokens, o.route, o.predicted_ttft_s, o.ttft_s) for o in outcomes]
+    deadline = time.time() + 10  # Ray copies nothing: the file is the actor's stderr
+    while True:
+        lines = _router_log_lines(hybrid)
+        missing = [o for o in outcomes if not any(f"request {o.request_id}:" in ln for ln in lines)]
+        if not missing or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert not missing, (len(lines), missing[:2])
+    for o in outcomes:
+        mine = [ln for ln in lines if f"request {o.request_id}:" in ln]
+        assert len(mine) == 1 and f"route=auto -> {o.route}" in mine[0] and "chose" in mine[0], mine
 
 
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):
