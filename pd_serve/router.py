@@ -162,7 +162,8 @@ class Router:
                 num_running=int(load.get("num_running", 0)), num_waiting=int(load.get("num_waiting", 0)),
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
-                num_queued_prefill_tokens=self.queued_prefill_tokens[wid]))
+                num_queued_prefill_tokens=self.queued_prefill_tokens[wid],
+                max_model_len=info.max_model_len))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}

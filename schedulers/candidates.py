@@ -1,4 +1,12 @@
-"""Which healthy workers can serve a route, and which of them is least loaded.
+"""Which workers can serve a route for a request, and which of them is least loaded.
+
+A worker can serve when it is healthy and the request fits its max_model_len: prompt +
+max_tokens where it decodes, prompt + 1 where it only prefills (vLLM's prefill leg samples one
+token). Among those, workers whose KV cache is full are left out while any other can serve;
+when all are full the request still goes to the least loaded, where it waits in the engine's
+queue as vLLM would make it wait anyway. Every policy picks from these lists only, so no policy
+sends a request to a dead worker, past a worker's length limit, or to a full worker while a
+worker with room exists.
 
 Load order (`WorkerView.load_key`): the router's in-flight count, then the engine's running +
 waiting, then KV cache usage, then the worker id.
@@ -8,10 +16,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from schedulers.types import (ROLE_BOTH, ROLE_DECODE, ROLE_PREFILL, ClusterView, NoCandidateError,
-                              WorkerView)
+                              RequestInfo, WorkerView)
 
 PREFILL_ROLES = (ROLE_PREFILL, ROLE_BOTH)  # preferred first
 DECODE_ROLES = (ROLE_DECODE, ROLE_BOTH)  # preferred first
+COLOCATED_ROLES = (ROLE_BOTH, ROLE_DECODE)  # preferred first
 
 
 def by_preference(workers: Sequence[WorkerView], roles: Sequence[str]) -> list[WorkerView]:
@@ -20,27 +29,53 @@ def by_preference(workers: Sequence[WorkerView], roles: Sequence[str]) -> list[W
                   key=lambda w: (roles.index(w.role), w.load_key))
 
 
-def colocated_worker(view: ClusterView) -> WorkerView:
-    """Least-loaded healthy "both" worker, else least-loaded healthy "decode" worker."""
-    ordered = by_preference(view.healthy((ROLE_BOTH, ROLE_DECODE)), (ROLE_BOTH, ROLE_DECODE))
+def _tokens_needed(request: RequestInfo | None, decodes: bool) -> int:
+    if request is None:
+        return 0
+    return request.num_prompt_tokens + (request.max_tokens if decodes else 1)
+
+
+def serving(view: ClusterView, roles: Sequence[str], request: RequestInfo | None = None,
+            decodes: bool = True) -> list[WorkerView]:
+    """Workers of `roles` that can take `request` (decoding it, or only prefilling it), by
+    role preference then load; full ones only when no other can."""
+    needed = _tokens_needed(request, decodes)
+    able = [w for w in view.healthy(roles) if w.fits(needed)]
+    return by_preference([w for w in able if not w.is_full] or able, roles)
+
+
+def _why_none(view: ClusterView, roles: Sequence[str], request: RequestInfo | None, decodes: bool) -> str:
+    workers = [w for w in view.workers if w.role in roles]
+    needed = _tokens_needed(request, decodes)
+    return (f"{len(workers)} of role {'/'.join(roles)}: "
+            f"{sum(not w.is_healthy for w in workers)} down, "
+            f"{sum(w.is_healthy and not w.fits(needed) for w in workers)} too short for {needed} tokens")
+
+
+def colocated_worker(view: ClusterView, request: RequestInfo | None = None) -> WorkerView:
+    """Least-loaded "both" worker that can take the request, else least-loaded "decode" one."""
+    ordered = serving(view, COLOCATED_ROLES, request)
     if not ordered:
-        raise NoCandidateError("no healthy worker of role 'both' or 'decode' to serve colocated")
+        raise NoCandidateError("no worker can serve colocated: "
+                               + _why_none(view, COLOCATED_ROLES, request, True))
     return ordered[0]
 
 
-def disaggregated_pair(view: ClusterView) -> tuple[WorkerView, WorkerView]:
+def disaggregated_pair(view: ClusterView, request: RequestInfo | None = None) -> tuple[WorkerView, WorkerView]:
     """(prefill, decode) workers: each by role preference then load, never the same worker."""
-    prefills = by_preference(view.healthy(PREFILL_ROLES), PREFILL_ROLES)
-    decodes = by_preference(view.healthy(DECODE_ROLES), DECODE_ROLES)
+    prefills = serving(view, PREFILL_ROLES, request, decodes=False)
+    decodes = serving(view, DECODE_ROLES, request)
     for prefill in prefills:
         for decode in decodes:
             if decode.worker_id != prefill.worker_id:
                 return prefill, decode
-    raise NoCandidateError(f"no pair of distinct healthy workers for disaggregated serving "
-                           f"({len(prefills)} prefill-capable, {len(decodes)} decode-capable)")
+    raise NoCandidateError(f"no pair of distinct workers for disaggregated serving "
+                           f"({len(prefills)} prefill-capable, {len(decodes)} decode-capable; "
+                           f"{_why_none(view, PREFILL_ROLES, request, False)}; "
+                           f"{_why_none(view, DECODE_ROLES, request, True)})")
 
 
-def all_pairs(view: ClusterView) -> list[tuple[WorkerView, WorkerView]]:
-    """Every (prefill-capable, decode-capable) pair of distinct healthy workers."""
-    return [(p, d) for p in view.healthy(PREFILL_ROLES) for d in view.healthy(DECODE_ROLES)
-            if p.worker_id != d.worker_id]
+def all_pairs(view: ClusterView, request: RequestInfo | None = None) -> list[tuple[WorkerView, WorkerView]]:
+    """Every (prefill-capable, decode-capable) pair of distinct workers that can take `request`."""
+    return [(p, d) for p in serving(view, PREFILL_ROLES, request, decodes=False)
+            for d in serving(view, DECODE_ROLES, request) if p.worker_id != d.worker_id]

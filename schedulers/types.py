@@ -55,10 +55,20 @@ class WorkerView:
     kv_cache_usage: float = 0.0
     num_inflight: int = 0
     num_queued_prefill_tokens: int = 0
+    max_model_len: int = 0  # the engine's limit on prompt + output tokens; 0: not known
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"worker {self.worker_id!r}: role {self.role!r} is not one of {ROLES}")
+
+    @property
+    def is_full(self) -> bool:
+        """No free KV block: a request sent here could only wait or preempt running ones."""
+        return self.kv_cache_usage >= 1.0
+
+    def fits(self, num_tokens: int) -> bool:
+        """Whether `num_tokens` (prompt + tokens to generate here) fit this engine's max_model_len."""
+        return self.max_model_len <= 0 or num_tokens <= self.max_model_len
 
     @property
     def load_key(self) -> tuple[int, int, float, str]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from schedulers.candidates import all_pairs, by_preference
+from schedulers.candidates import COLOCATED_ROLES, all_pairs, serving
 from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
 from schedulers.step_time import StepTimeModel
-from schedulers.types import (ROLE_BOTH, ROLE_DECODE, ROUTE_COLOCATED, ClusterView, Decision,
-                              LinkEstimate, NoCandidateError, RequestInfo)
+from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,
+                              RequestInfo)
 
 
 def _candidate_key(p: RoutePrediction) -> tuple:
@@ -85,14 +85,16 @@ class AdaptivePolicy:
     def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
         candidates = self._colocated(request, view) + self._disaggregated(request, view)
         if not candidates:
-            raise NoCandidateError(f"request {request.request_id}: no healthy decode-capable worker")
+            raise NoCandidateError(f"request {request.request_id}: no decode-capable worker can take "
+                                   f"it (down, or max_model_len too short)")
         best_by_route = {}
         for c in sorted(candidates, key=_candidate_key):
             best_by_route.setdefault(c.route, c)
         chosen = None
         for p in best_by_route.values():
             chosen = p if chosen is None else _better_route(chosen, p, self.violation_tolerance)
-        return self._decision(chosen, [p for p in best_by_route.values() if p is not chosen], view)
+        return self._decision(chosen, [p for p in best_by_route.values() if p is not chosen],
+                              request, view)
 
     def _slos(self, request: RequestInfo) -> tuple[float, float]:
         return self.slo_table.for_request(request)
@@ -101,7 +103,7 @@ class AdaptivePolicy:
         return RoutePredictor(self.step_model, self.chunk_tokens, self.decode_context_tokens)
 
     def _colocated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
-        workers = by_preference(view.healthy((ROLE_BOTH, ROLE_DECODE)), (ROLE_BOTH, ROLE_DECODE))
+        workers = serving(view, COLOCATED_ROLES, request)
         predictor, slos = self._predictor(), self._slos(request)
         return [predictor.colocated(request, w, slos) for w in workers]
 
@@ -111,7 +113,7 @@ class AdaptivePolicy:
                     else self.step_model.kv.bytes_for_tokens(request.num_prompt_tokens))
         parts = {}
         predictions = []
-        for prefill, decode in all_pairs(view):
+        for prefill, decode in all_pairs(view, request):
             link = view.link(prefill.worker_id, decode.worker_id) or self.default_link
             if link is None:
                 continue
@@ -122,17 +124,17 @@ class AdaptivePolicy:
         return predictions
 
     def _decision(self, chosen: RoutePrediction, others: Sequence[RoutePrediction],
-                  view: ClusterView) -> Decision:
+                  request: RequestInfo, view: ClusterView) -> Decision:
         predictions = {"ttft_slo_s": chosen.ttft_slo_s, "tpot_slo_s": chosen.tpot_slo_s}
         for p in (*others, chosen):  # the chosen candidate's figures win a shared route prefix
             predictions.update(p.as_dict())
         reason = "chose " + _summary(chosen)
         if others:
             reason += "; rather than " + "; ".join(_summary(p) for p in others)
-        elif not all_pairs(view):
+        elif not (pairs := all_pairs(view, request)):
             reason += "; no prefill/decode pair to disaggregate"
         else:
-            reason += f"; no link estimate for any of {len(all_pairs(view))} prefill/decode pairs"
+            reason += f"; no link estimate for any of {len(pairs)} prefill/decode pairs"
         prefill_id = chosen.prefill_worker.worker_id if chosen.prefill_worker else None
         return Decision(chosen.route, chosen.decode_worker.worker_id, prefill_id, reason + ".",
                         chosen.ttft_s, predictions)

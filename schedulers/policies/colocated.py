@@ -12,7 +12,7 @@ def colocated_decision(request: RequestInfo, view: ClusterView, why: str = "") -
 
     Raises NoCandidateError when neither exists. `why` prefixes the reason.
     """
-    worker = colocated_worker(view)
+    worker = colocated_worker(view, request)
     where = ("decode worker %s prefills locally (no healthy 'both' worker)" if worker.role == ROLE_DECODE
              else "worker %s prefills and decodes") % worker.worker_id
     reason = (f"{why}; " if why else "") + (

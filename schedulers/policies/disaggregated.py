@@ -25,5 +25,5 @@ class DisaggregatedPolicy:
     name: str = "disaggregated"
 
     def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
-        prefill, decode = disaggregated_pair(view)
+        prefill, decode = disaggregated_pair(view, request)
         return disaggregated_decision(request, prefill, decode)

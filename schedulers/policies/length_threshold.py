@@ -42,7 +42,7 @@ class LengthThresholdPolicy:
             return colocated_decision(request, view, f"{uncached} uncached tokens <= threshold "
                                                      f"{self.threshold_tokens}")
         try:
-            prefill, decode = disaggregated_pair(view)
+            prefill, decode = disaggregated_pair(view, request)
         except NoCandidateError:
             return colocated_decision(request, view, f"{uncached} uncached tokens > threshold "
                                                      f"{self.threshold_tokens} but no prefill/decode pair")
