@@ -2,9 +2,9 @@
 
 A worker can serve when it is healthy and the request fits its max_model_len: prompt +
 max_tokens where it decodes, prompt + 1 where it only prefills (vLLM's prefill leg samples one
-token). Among those, workers whose KV cache is full are left out while any other can serve;
-when all are full the request still goes to the least loaded, where it waits in the engine's
-queue as vLLM would make it wait anyway. Every policy picks from these lists only, so no policy
+token). Among those, workers (or prefill/decode pairs) with a full KV cache are left out while
+any other can serve; when all are full the request still goes to the least loaded, where it
+waits in the engine's queue as vLLM would make it wait anyway. Every policy picks from these lists only, so no policy
 sends a request to a dead worker, past a worker's length limit, or to a full worker while a
 worker with room exists.
 
@@ -39,9 +39,14 @@ def serving(view: ClusterView, roles: Sequence[str], request: RequestInfo | None
             decodes: bool = True) -> list[WorkerView]:
     """Workers of `roles` that can take `request` (decoding it, or only prefilling it), by
     role preference then load; full ones only when no other can."""
-    needed = _tokens_needed(request, decodes)
-    able = [w for w in view.healthy(roles) if w.fits(needed)]
+    able = _able(view, roles, request, decodes)
     return by_preference([w for w in able if not w.is_full] or able, roles)
+
+
+def _able(view: ClusterView, roles: Sequence[str], request: RequestInfo | None,
+          decodes: bool) -> list[WorkerView]:
+    needed = _tokens_needed(request, decodes)
+    return [w for w in view.healthy(roles) if w.fits(needed)]
 
 
 def _why_none(view: ClusterView, roles: Sequence[str], request: RequestInfo | None, decodes: bool) -> str:
@@ -63,19 +68,18 @@ def colocated_worker(view: ClusterView, request: RequestInfo | None = None) -> W
 
 def disaggregated_pair(view: ClusterView, request: RequestInfo | None = None) -> tuple[WorkerView, WorkerView]:
     """(prefill, decode) workers: each by role preference then load, never the same worker."""
-    prefills = serving(view, PREFILL_ROLES, request, decodes=False)
-    decodes = serving(view, DECODE_ROLES, request)
-    for prefill in prefills:
-        for decode in decodes:
-            if decode.worker_id != prefill.worker_id:
-                return prefill, decode
-    raise NoCandidateError(f"no pair of distinct workers for disaggregated serving "
-                           f"({len(prefills)} prefill-capable, {len(decodes)} decode-capable; "
-                           f"{_why_none(view, PREFILL_ROLES, request, False)}; "
-                           f"{_why_none(view, DECODE_ROLES, request, True)})")
+    pairs = all_pairs(view, request)
+    if not pairs:
+        raise NoCandidateError(f"no pair of distinct workers for disaggregated serving "
+                               f"({_why_none(view, PREFILL_ROLES, request, False)}; "
+                               f"{_why_none(view, DECODE_ROLES, request, True)})")
+    return pairs[0]
 
 
 def all_pairs(view: ClusterView, request: RequestInfo | None = None) -> list[tuple[WorkerView, WorkerView]]:
-    """Every (prefill-capable, decode-capable) pair of distinct workers that can take `request`."""
-    return [(p, d) for p in serving(view, PREFILL_ROLES, request, decodes=False)
-            for d in serving(view, DECODE_ROLES, request) if p.worker_id != d.worker_id]
+    """Every (prefill-capable, decode-capable) pair of distinct workers that can take `request`,
+    by preference; pairs with a full KV cache on either side only when no other pair exists."""
+    prefills = by_preference(_able(view, PREFILL_ROLES, request, decodes=False), PREFILL_ROLES)
+    decodes = by_preference(_able(view, DECODE_ROLES, request, decodes=True), DECODE_ROLES)
+    pairs = [(p, d) for p in prefills for d in decodes if p.worker_id != d.worker_id]
+    return [(p, d) for p, d in pairs if not (p.is_full or d.is_full)] or pairs

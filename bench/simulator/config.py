@@ -264,14 +264,17 @@ class SimConfig(_Strict):
         return EngineSpec(**values)
 
 
-def build_cluster(config: SimConfig, label: str) -> ClusterSpec:
-    """The workers `config.policies[label]` runs on, with their engines and link."""
+def build_cluster(config: SimConfig, label: str, step_model: StepTimeModel | None = None) -> ClusterSpec:
+    """The workers `config.policies[label]` runs on, with their engines and link.
+
+    `step_model`: the engines' step times (e.g. a model calibrated on a live engine) instead of
+    the roofline of `config.model` on `config.hardware`."""
     run = config.policies[label]
     engines = {role: config.engine_spec(role, run.engine) for role in run.workers}
     block_sizes = {e.block_size for e in engines.values()}
     if len(block_sizes) != 1:
         raise ValueError(f"all roles must share one block_size, got {sorted(block_sizes)}")
-    step_model = config.step_model(block_sizes.pop())
+    step_model = step_model or config.step_model(block_sizes.pop())
     roles = {role: n for role, n in run.workers.items() if n}
     return ClusterSpec.from_roles(step_model, roles, config.engine_spec("both", run.engine),
                                   config.link.spec(), role_engines=engines, shared_link=config.link.shared)

@@ -3,7 +3,7 @@
 - never a dead worker; roles as the route needs; prefill and decode workers distinct;
 - never past a worker's max_model_len (prompt + max_tokens where it decodes, prompt + 1 where it
   only prefills);
-- never a worker whose KV cache is full while one with room could serve the same leg;
+- never a worker (or a prefill/decode pair) with a full KV cache while one with room could serve;
 - NoCandidateError only when no worker can serve;
 - the same inputs give the same decision.
 """
@@ -66,12 +66,11 @@ def _able(view: ClusterView, roles, num_tokens: int) -> list[WorkerView]:
     return [w for w in view.workers if w.is_healthy and w.role in roles and w.fits(num_tokens)]
 
 
-def _check_leg(view: ClusterView, worker_id: str, roles, num_tokens: int) -> None:
+def _check_leg(view: ClusterView, worker_id: str, roles, num_tokens: int) -> WorkerView:
     worker = next(w for w in view.workers if w.worker_id == worker_id)
     assert worker.is_healthy and worker.role in roles
     assert worker.fits(num_tokens), (worker, num_tokens)
-    if worker.is_full:
-        assert all(w.is_full for w in _able(view, roles, num_tokens)), "full worker chosen over one with room"
+    return worker
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,12 +91,20 @@ def test_decisions_respect_health_roles_lengths_and_full_caches(view, request, n
         return
     if decision.route == ROUTE_COLOCATED:
         assert decision.prefill_worker is None
-        _check_leg(view, decision.decode_worker, COLOCATED_ROLES, decode_tokens)
+        worker = _check_leg(view, decision.decode_worker, COLOCATED_ROLES, decode_tokens)
+        if worker.is_full:
+            assert all(w.is_full for w in _able(view, COLOCATED_ROLES, decode_tokens)), \
+                "full worker chosen over one with room"
     else:
         assert decision.route == ROUTE_DISAGGREGATED
         assert decision.prefill_worker != decision.decode_worker
-        _check_leg(view, decision.decode_worker, DECODE_ROLES, decode_tokens)
-        _check_leg(view, decision.prefill_worker, PREFILL_ROLES, request.num_prompt_tokens + 1)
+        decode = _check_leg(view, decision.decode_worker, DECODE_ROLES, decode_tokens)
+        prefill = _check_leg(view, decision.prefill_worker, PREFILL_ROLES, request.num_prompt_tokens + 1)
+        if decode.is_full or prefill.is_full:
+            assert not any(p.worker_id != d.worker_id and not (p.is_full or d.is_full)
+                           for p in _able(view, PREFILL_ROLES, request.num_prompt_tokens + 1)
+                           for d in _able(view, DECODE_ROLES, decode_tokens)), \
+                "pair with a full worker chosen over a pair with room"
 
 
 @settings(max_examples=150, deadline=None)

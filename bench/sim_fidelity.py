@@ -1,0 +1,345 @@
+"""Simulator fidelity: the simulator, calibrated with the live CPU cost model, against live runs.
+
+    python -m bench.sim_fidelity [--live results/rates/summary.json] [--calibration PATH]
+        [--calibration-out results/cpu_calibration.json] [--out results/sim_fidelity.json]
+
+1. Reads the live rate sweep of `python -m bench.compare --experiment rates` (its summary.json).
+2. Takes the CPU step-time model (the four coefficients of `schedulers.step_time.StepTimeModel`)
+   and the P->D link (alpha, beta) from `--calibration`, or, without it, deploys
+   configs/hybrid.yaml once with calibration and the start-up link probe on, saves what it
+   measured to `--calibration-out` and shuts the deployment down.
+3. Mirrors each live system (configs/colocated.yaml, disaggregated.yaml, adaptive.yaml,
+   hybrid.yaml, as bench.compare runs them) as a simulation config: the same roles and counts,
+   engine settings, KV pool (the CPU engine's `kv_cache_gib`), policy and SLOs, with the
+   calibrated step times instead of the roofline and the start-up link model.
+4. Serves the live runs' workloads (bucket_mix, seed 7, the same rates, request count and output
+   length) in the simulator, summarizes them with `bench.metrics`, and prints for every system
+   and rate live vs simulated p50 TTFT, p99 TTFT and mean TPOT with |sim - live| / live; the
+   issue's target is every error within 20 %. Writes everything to `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from bench.metrics import RequestRecord, SloSpec, summarize, write_json
+from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
+from bench.simulator.simulator import SimResult, simulate
+from bench.workloads import Workload, make_workload
+from pd_serve.config import config_from_dict
+from pd_serve.report import format_table
+from schedulers.model_spec import ModelSpec
+from schedulers.step_time import StepTimeModel
+from transfer.kv_geometry import KVGeometry
+
+# The systems of `bench.compare --experiment rates` (label -> deployment config).
+SYSTEMS: dict[str, str] = {"colocated": "configs/colocated.yaml",
+                           "disaggregated": "configs/disaggregated.yaml",
+                           "adaptive": "configs/adaptive.yaml",
+                           "hybrid adaptive": "configs/hybrid.yaml"}
+# The workload of `bench.compare.exp_rates` (bucket name: weight, min tokens, max tokens).
+RATES_BUCKETS = {"short": (0.75, 64, 512), "medium": (0.2, 1024, 2048), "long": (0.05, 3000, 4000)}
+RATES_SEED = 7
+DEFAULT_OUTPUT_TOKENS = 32  # bench.compare's --output-tokens default
+TOLERANCE = 0.20
+# (name, summary path): the compared quantities.
+METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p50")),
+                                                    ("p99_ttft_s", ("ttft_s", "p99")),
+                                                    ("mean_tpot_s", ("tpot_s", "mean")))
+CALIBRATION_CONFIG = "configs/hybrid.yaml"
+COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
+GIB = 1 << 30
+
+
+# ---- calibration -----------------------------------------------------------------------------
+
+def calibration_record(coefficients: Mapping[str, Any], spec: ModelSpec, kv: KVGeometry,
+                       link: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """The JSON a run saves and `--calibration` reads: coefficients, the model and KV geometry
+    they were fitted for, and the link (alpha_s, beta_bytes_per_s) the simulator uses."""
+    return {**{k: float(coefficients[k]) for k in COEFFICIENTS},
+            "model_spec": asdict(spec), "kv_geometry": asdict(kv),
+            "link": {"alpha_s": float(link["alpha_s"]), "beta_bytes_per_s": float(link["beta_bytes_per_s"])},
+            **extra}
+
+
+def calibration_from_deployment(dep: Any) -> dict[str, Any]:
+    """What a started `pd_serve.Deployment` measured: its calibration and its links."""
+    if dep.calibration is None:
+        raise ValueError("the deployment was not calibrated (scheduler.calibrate is off)")
+    model = dep.calibration.model
+    info = next(iter(dep.infos.values()))
+    probe = dep.link_probes[0].fit if dep.link_probes else None
+    probe_fit = None if probe is None else {"alpha_s": probe.alpha_s, "beta_bytes_per_s": probe.beta_bytes_per_s,
+                                            "r2": probe.r2}
+    router_links = [{"prefill_id": m["prefill_id"], "decode_id": m["decode_id"],
+                     "alpha_s": m["model"]["alpha_s"], "beta_bytes_per_s": m["model"]["beta_bytes_per_s"],
+                     "engine_overhead_s": m.get("engine_overhead_s")}
+                    for m in (dep.links_at_start or {}).get("models", [])]
+    # The router's start-up model (probe line + what vLLM's load path adds) is what transfers
+    # take live; the raw probe fit only when the router has none.
+    link = router_links[0] if router_links else probe_fit
+    if link is None:
+        raise ValueError("the deployment has no link model (no prefill/decode pair was probed)")
+    return calibration_record({k: getattr(model, k) for k in COEFFICIENTS}, model.spec, model.kv, link,
+                              calibration=dep.calibration.summary(), probe_fit=probe_fit,
+                              router_links=router_links,
+                              hf_config=json.loads(json.dumps(info.hf_config, default=str)),
+                              block_size=info.block_size, kv_dtype=info.kv_dtype,
+                              config=dep.config.name, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def calibrate_live(config_path: str = CALIBRATION_CONFIG) -> dict[str, Any]:
+    """Deploy `config_path` once with calibration and the link probe on; return what it measured."""
+    from pd_serve import deploy
+
+    cfg = yaml.safe_load(Path(config_path).read_text())
+    cfg.setdefault("scheduler", {})["calibrate"] = True
+    cfg.setdefault("transfer", {})["probe_at_start"] = True
+    print(f"calibrating: deploying {config_path} (calibration + link probe) ...", file=sys.stderr, flush=True)
+    dep = deploy(cfg)
+    try:
+        print(f"  ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
+        return calibration_from_deployment(dep)
+    finally:
+        dep.shutdown()
+
+
+def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:
+    """The calibrated `StepTimeModel`: `model_spec`/`kv_geometry` if given, else from `hf_config`
+    (+ `block_size`, `kv_dtype`) as `pd_serve.deployment._calibrate` builds them."""
+    if "model_spec" in cal:
+        spec = ModelSpec(**cal["model_spec"])
+        kv = KVGeometry(**cal["kv_geometry"])
+    elif "hf_config" in cal:
+        spec = ModelSpec.from_hf_config(cal["hf_config"], dtype=None)
+        kv = KVGeometry.from_hf_config(cal["hf_config"], int(cal["block_size"]), cal.get("kv_dtype"))
+    else:
+        raise ValueError("calibration needs model_spec + kv_geometry, or hf_config + block_size")
+    return StepTimeModel(spec, kv, *(float(cal[k]) for k in COEFFICIENTS))
+
+
+# ---- the simulated deployments ---------------------------------------------------------------
+
+def cpu_kv_blocks(kv_cache_gib: float, kv: KVGeometry) -> int:
+    """KV blocks of a CPU engine: the worker sets VLLM_CPU_KVCACHE_SPACE to whole GiB."""
+    return int(max(1, round(kv_cache_gib)) * GIB // kv.bytes_per_block)
+
+
+def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str) -> SimConfig:
+    """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict.
+
+    `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
+    the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
+    data = copy.deepcopy(dict(deployment))
+    data["device"] = "cpu"  # the live runs compared are CPU runs
+    cfg = config_from_dict(data, source=label)
+    kv = step_model_from_calibration(cal).kv
+    role_engine = {}
+    for role, rc in cfg.workers.items():
+        if rc.count <= 0:
+            continue
+        e = rc.engine
+        if e.block_size != kv.block_size:
+            raise ValueError(f"{label}: workers.{role} block_size {e.block_size} differs from the "
+                             f"calibration's {kv.block_size}")
+        role_engine[role] = {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
+                             "block_size": e.block_size, "enable_chunked_prefill": e.enable_chunked_prefill,
+                             "long_prefill_token_threshold": e.long_prefill_token_threshold,
+                             "max_model_len": e.max_model_len, "num_kv_blocks": cpu_kv_blocks(e.kv_cache_gib, kv)}
+    link = cal["link"]
+    slo = cfg.scheduler.slo
+    return sim_config_from_dict({
+        "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
+        "engine": next(iter(role_engine.values())), "role_engine": role_engine,
+        "link": {"alpha_s": link["alpha_s"], "bandwidth_bytes_per_s": link["beta_bytes_per_s"]},
+        "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
+                             "params": dict(cfg.scheduler.params)}},
+        "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
+    }, source=label)
+
+
+def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, workload: Workload) -> SimResult:
+    """Serve `workload` on the config's cluster with the calibrated step times."""
+    cluster = build_cluster(config, label, step_model=step_model)
+    return simulate(workload, cluster, build_policy(config, label, cluster))
+
+
+def rates_workload(rate: float, num_requests: int, output_tokens: int) -> Workload:
+    """The workload `bench.compare --experiment rates` serves at `rate`."""
+    return make_workload("bucket_mix", num_requests=num_requests, rate_per_s=rate, seed=RATES_SEED,
+                         output_tokens=output_tokens, buckets=RATES_BUCKETS)
+
+
+def live_run_shape(summary: Mapping[str, Any]) -> tuple[int, int]:
+    """(requests, output tokens per request) of a live run, from its summary (every request
+    asked for the same output length with ignore_eos, so output tokens / requests is it)."""
+    num_requests = int(summary["num_requests"])
+    tput, tokens = summary.get("throughput_rps"), summary.get("output_tokens_per_s")
+    output_tokens = round(tokens / tput) if tput and tokens else DEFAULT_OUTPUT_TOKENS
+    return num_requests, output_tokens
+
+
+def same_requests(workload: Workload, records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the live records asked what the workload asks (ids and prompt lengths)."""
+    asked = sorted((r.request_id, r.input_tokens) for r in workload.requests)
+    return asked == sorted((r["request_id"], r["input_tokens"]) for r in records)
+
+
+# ---- comparison ------------------------------------------------------------------------------
+
+def rel_error(sim: float | None, live: float | None) -> float | None:
+    """|sim - live| / live; None when either is missing or live is 0."""
+    if sim is None or live is None or live == 0:
+        return None
+    return abs(sim - live) / abs(live)
+
+
+def compare_summaries(live: Mapping[str, Any], sim: Mapping[str, Any],
+                      tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """Per metric: live, sim, rel_error, ok (within `tolerance`)."""
+    out = {}
+    for name, (group, stat) in METRICS:
+        lv, sv = live[group][stat], sim[group][stat]
+        err = rel_error(sv, lv)
+        out[name] = {"live": lv, "sim": sv, "rel_error": err, "ok": err is not None and err <= tolerance}
+    return out
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.1f}"
+
+
+def _pct(err: float | None, tolerance: float) -> str:
+    if err is None:
+        return "-"
+    return f"{err * 100:.1f}%" + ("" if err <= tolerance else " *")
+
+
+def fidelity_table(rows: Sequence[Mapping[str, Any]], tolerance: float = TOLERANCE) -> str:
+    """Markdown table: per system and rate, live / sim / error of each metric (ms; * over tolerance)."""
+    headers = ["system", "rate"]
+    for name, _ in METRICS:
+        short = name.replace("_s", "")
+        headers += [f"{short} live ms", f"{short} sim ms", f"{short} err"]
+    headers.append("all ok")
+    body = []
+    for r in rows:
+        line: list[Any] = [r["system"], f"{r['rate']:g}"]
+        for name, _ in METRICS:
+            m = r["metrics"][name]
+            line += [_ms(m["live"]), _ms(m["sim"]), _pct(m["rel_error"], tolerance)]
+        line.append("yes" if all(r["metrics"][n]["ok"] for n, _ in METRICS) else "no")
+        body.append(line)
+    return format_table(headers, body)
+
+
+def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in records:
+        out[str(r.route)] = out.get(str(r.route), 0) + 1
+    return out
+
+
+def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any], model: str,
+                 systems: Mapping[str, str] = SYSTEMS, live_dir: Path | None = None,
+                 tolerance: float = TOLERANCE, progress: bool = True) -> list[dict[str, Any]]:
+    """Simulate every system of the live summary at every live rate; one row per (system, rate)."""
+    step_model = step_model_from_calibration(cal)
+    slo = SloSpec()  # bench.compare summarizes with the default SLOs
+    rows = []
+    for label, path in systems.items():
+        if label not in live["summaries"]:
+            print(f"{label}: not in the live summary, skipped", file=sys.stderr)
+            continue
+        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), cal, model)
+        t0 = time.perf_counter()
+        for rate in live["rates"]:
+            key = f"rate={rate:g}"
+            live_summary = live["summaries"][label][key]
+            num_requests, output_tokens = live_run_shape(live_summary)
+            workload = rates_workload(rate, num_requests, output_tokens)
+            matches = None
+            records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
+            if records_path is not None and records_path.is_file():
+                matches = same_requests(workload, json.loads(records_path.read_text()))
+            result = simulate_system(config, label, step_model, workload)
+            sim_summary = summarize(result.records, slo)
+            metrics = compare_summaries(live_summary, sim_summary, tolerance)
+            rows.append({"system": label, "rate": rate, "num_requests": num_requests,
+                         "output_tokens": output_tokens, "workload_matches_live": matches,
+                         "metrics": metrics, "live_routes": live_summary.get("routes"),
+                         "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
+                         "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
+                         "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
+                         "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")}})
+            if progress:
+                errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
+                print(f"  {label} @ {rate:g} req/s: {errs}; routes live {live_summary.get('routes')} "
+                      f"sim {_routes(result.records)}", file=sys.stderr, flush=True)
+        if progress:
+            print(f"{label}: simulated {len(live['rates'])} rates in {time.perf_counter() - t0:.1f}s",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def _default_model_dir() -> str:
+    from pd_serve.default_model import ensure_default_model
+    return ensure_default_model()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.sim_fidelity", description=__doc__.splitlines()[0])
+    ap.add_argument("--live", default="results/rates/summary.json", help="bench.compare rates summary.json")
+    ap.add_argument("--calibration", default=None,
+                    help="calibration JSON (coefficients, model/KV geometry, link); absent: measure it")
+    ap.add_argument("--calibration-out", default="results/cpu_calibration.json",
+                    help="where a measured calibration is saved")
+    ap.add_argument("--out", default="results/sim_fidelity.json")
+    ap.add_argument("--tolerance", type=float, default=TOLERANCE)
+    args = ap.parse_args(argv)
+
+    live_path = Path(args.live)
+    live = json.loads(live_path.read_text())
+    if live.get("experiment") != "rates":
+        print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
+              file=sys.stderr)
+        return 2
+    if args.calibration:
+        cal = json.loads(Path(args.calibration).read_text())
+        print(f"calibration: {args.calibration}", file=sys.stderr)
+    else:
+        cal = calibrate_live()
+        write_json(args.calibration_out, cal)
+        print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
+    link = cal["link"]
+    print(f"step-time model: overhead {cal['overhead_s'] * 1e3:.2f} ms, "
+          f"{1e-9 / cal['s_per_linear_flop'] if cal['s_per_linear_flop'] else float('inf'):.1f} linear GFLOP/s, "
+          f"s_per_attention_flop {cal['s_per_attention_flop']:.3g}, s_per_kv_byte {cal['s_per_kv_byte']:.3g}; "
+          f"link alpha {link['alpha_s'] * 1e3:.2f} ms, beta {link['beta_bytes_per_s'] / 1e9:.2f} GB/s",
+          file=sys.stderr, flush=True)
+
+    rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance)
+    table = fidelity_table(rows, args.tolerance)
+    checks = [m["ok"] for r in rows for m in r["metrics"].values()]
+    print(f"\nSimulator vs live CPU runs ({live_path}); error = |sim - live| / live, "
+          f"* = over {args.tolerance:.0%}\n")
+    print(table)
+    print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
+    write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
+                          "num_within_tolerance": sum(checks), "num_checks": len(checks),
+                          "all_within_tolerance": all(checks), "rows": rows, "table": table})
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

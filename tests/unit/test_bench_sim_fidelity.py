@@ -1,0 +1,182 @@
+"""bench.sim_fidelity's pure parts: calibration records, mirrored sim configs, errors (no Ray/vLLM)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from bench import sim_fidelity as sf
+from bench.metrics import summarize
+from bench.simulator import build_cluster, build_policy
+from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
+from schedulers.model_spec import ModelSpec
+from schedulers.policies import AdaptivePolicy
+from schedulers.step_time import StepTimeModel
+
+ROOT = Path(__file__).resolve().parents[2]
+HF_CONFIG = {**LLAMA_CONFIG, "vocab_size": VOCAB_SIZE}
+COEFFS = {"overhead_s": 4e-3, "s_per_linear_flop": 2e-11, "s_per_attention_flop": 4e-11, "s_per_kv_byte": 1e-10}
+LINK = {"alpha_s": 2e-3, "beta_bytes_per_s": 2e9}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    d = tmp_path_factory.mktemp("tiny-llama")
+    (d / "config.json").write_text(json.dumps(HF_CONFIG))
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def cal() -> dict:
+    spec = ModelSpec.from_hf_config(HF_CONFIG, dtype=None)
+    return sf.calibration_record(COEFFS, spec, spec.kv_geometry(32), LINK)
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "configs" / name).read_text())
+
+
+def test_calibration_record_round_trips_through_json(cal):
+    model = sf.step_model_from_calibration(json.loads(json.dumps(cal)))
+    assert isinstance(model, StepTimeModel)
+    assert [getattr(model, k) for k in sf.COEFFICIENTS] == [COEFFS[k] for k in sf.COEFFICIENTS]
+    assert model.kv.block_size == 32 and model.kv.dtype_bytes == 4  # float32, as the live engine
+    assert cal["link"] == LINK
+
+
+def test_step_model_from_hf_config_matches_the_deployments_geometry():
+    cal = {**COEFFS, "hf_config": HF_CONFIG, "block_size": 32, "kv_dtype": "float32", "link": LINK}
+    model = sf.step_model_from_calibration(cal)
+    assert model.spec == ModelSpec.from_hf_config(HF_CONFIG, dtype=None)
+    assert model.kv.bytes_per_block == 4 * 2 * 2 * 64 * 4 * 32
+    with pytest.raises(ValueError, match="calibration needs"):
+        sf.step_model_from_calibration(COEFFS)
+
+
+def test_calibration_from_deployment_prefers_the_routers_start_up_link(cal):
+    spec = ModelSpec.from_hf_config(HF_CONFIG, dtype=None)
+    model = StepTimeModel(spec, spec.kv_geometry(32), *COEFFS.values())
+    dep = SimpleNamespace(
+        calibration=SimpleNamespace(model=model, summary=lambda: {"num_samples": 3}),
+        infos={"prefill-0": SimpleNamespace(hf_config=HF_CONFIG, block_size=32, kv_dtype="float32")},
+        link_probes=[SimpleNamespace(fit=SimpleNamespace(alpha_s=1e-4, beta_bytes_per_s=5e9, r2=0.99))],
+        links_at_start={"models": [{"prefill_id": "prefill-0", "decode_id": "both-0", "engine_overhead_s": 3e-3,
+                                    "model": {"alpha_s": 3.1e-3, "beta_bytes_per_s": 5e9}}]},
+        config=SimpleNamespace(name="pd-serve-hybrid"))
+    out = sf.calibration_from_deployment(dep)
+    assert out["link"] == {"alpha_s": 3.1e-3, "beta_bytes_per_s": 5e9}
+    assert out["probe_fit"]["alpha_s"] == 1e-4
+    assert sf.step_model_from_calibration(out) == model
+    dep.links_at_start = {}
+    assert sf.calibration_from_deployment(dep)["link"] == {"alpha_s": 1e-4, "beta_bytes_per_s": 5e9}
+
+
+def test_cpu_kv_blocks_follow_the_workers_whole_gib(cal):
+    kv = sf.step_model_from_calibration(cal).kv
+    assert sf.cpu_kv_blocks(1, kv) == (1 << 30) // kv.bytes_per_block
+    assert sf.cpu_kv_blocks(0.2, kv) == sf.cpu_kv_blocks(1, kv)  # at least 1 GiB
+    assert sf.cpu_kv_blocks(2.4, kv) == 2 * sf.cpu_kv_blocks(1, kv)
+
+
+@pytest.mark.parametrize("label, path, policy, workers", [
+    ("colocated", "colocated.yaml", "colocated", {"both": 2}),
+    ("disaggregated", "disaggregated.yaml", "disaggregated", {"prefill": 1, "decode": 1}),
+    ("adaptive", "adaptive.yaml", "adaptive", {"both": 2}),
+    ("hybrid adaptive", "hybrid.yaml", "adaptive", {"prefill": 1, "both": 1}),
+])
+def test_sim_config_mirrors_each_deployment(label, path, policy, workers, cal, model_dir):
+    deployment = load(path)
+    config = sf.sim_config_for(label, deployment, cal, model_dir)
+    run = config.policies[label]
+    assert run.policy == policy and run.workers == workers
+    step_model = sf.step_model_from_calibration(cal)
+    cluster = build_cluster(config, label, step_model=step_model)
+    assert cluster.step_model is step_model  # calibrated, not the roofline
+    assert (cluster.link.alpha_s, cluster.link.bandwidth_bytes_per_s) == (LINK["alpha_s"], LINK["beta_bytes_per_s"])
+    assert sorted(w.role for w in cluster.workers) == sorted(r for r, n in workers.items() for _ in range(n))
+    for w in cluster.workers:
+        live = deployment["workers"][w.role]["engine"]
+        assert w.engine.max_num_batched_tokens == live["max_num_batched_tokens"]
+        assert w.engine.max_model_len == live["max_model_len"]
+        assert w.engine.block_size == live["block_size"]
+        assert w.engine.enable_chunked_prefill is True
+        assert w.engine.max_num_seqs == 16  # pd_serve's engine default, not the simulator's 256
+        assert w.engine.num_kv_blocks == sf.cpu_kv_blocks(live["kv_cache_gib"], step_model.kv)
+    policy_obj = build_policy(config, label, cluster)
+    assert policy_obj.name == policy
+    if policy == "adaptive":
+        assert isinstance(policy_obj, AdaptivePolicy)
+        assert config.slo_spec.tpot_slo_s == deployment["scheduler"]["slo"]["tpot_s"]
+        assert cluster.chunk_tokens == 2048  # the live router's chunk: decode-capable budgets
+
+
+def test_build_cluster_without_a_step_model_keeps_the_roofline(cal, model_dir):
+    config = sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir)
+    assert build_cluster(config, "colocated").step_model == config.step_model(32)
+
+
+def test_block_size_must_match_the_calibration(cal, model_dir):
+    deployment = load("colocated.yaml")
+    deployment["workers"]["both"]["engine"]["block_size"] = 64
+    with pytest.raises(ValueError, match="block_size 64"):
+        sf.sim_config_for("colocated", deployment, cal, model_dir)
+
+
+def test_rates_workload_is_bench_compares():
+    wl = sf.rates_workload(1.0, 20, 32)
+    assert wl.num_requests == 20 and all(r.output_tokens == 32 for r in wl.requests)
+    assert {r.bucket for r in wl.requests} <= set(sf.RATES_BUCKETS)
+    assert all(64 <= r.input_tokens <= 4000 for r in wl.requests)
+    records = [{"request_id": r.request_id, "input_tokens": r.input_tokens} for r in wl.requests]
+    assert sf.same_requests(wl, records[::-1])
+    assert not sf.same_requests(wl, records[1:])
+
+
+def test_live_run_shape_reads_requests_and_output_length():
+    assert sf.live_run_shape({"num_requests": 60, "throughput_rps": 0.5, "output_tokens_per_s": 16.0}) == (60, 32)
+    assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, sf.DEFAULT_OUTPUT_TOKENS)
+
+
+def test_rel_error_and_compare_summaries():
+    assert sf.rel_error(1.2, 1.0) == pytest.approx(0.2)
+    assert sf.rel_error(0.5, 1.0) == pytest.approx(0.5)
+    assert sf.rel_error(None, 1.0) is None and sf.rel_error(1.0, 0) is None and sf.rel_error(1.0, None) is None
+    live = {"ttft_s": {"p50": 0.1, "p99": 1.0}, "tpot_s": {"mean": 0.01}}
+    sim = {"ttft_s": {"p50": 0.11, "p99": 1.5}, "tpot_s": {"mean": 0.008}}
+    out = sf.compare_summaries(live, sim)
+    assert out["p50_ttft_s"]["ok"] and out["p50_ttft_s"]["rel_error"] == pytest.approx(0.1)
+    assert not out["p99_ttft_s"]["ok"] and out["p99_ttft_s"]["rel_error"] == pytest.approx(0.5)
+    assert out["mean_tpot_s"]["ok"] and out["mean_tpot_s"]["rel_error"] == pytest.approx(0.2)
+
+
+def test_fidelity_table_marks_errors_over_tolerance():
+    metrics = {n: {"live": 0.1, "sim": 0.1, "rel_error": 0.0, "ok": True} for n, _ in sf.METRICS}
+    metrics["p99_ttft_s"] = {"live": 1.0, "sim": 1.5, "rel_error": 0.5, "ok": False}
+    table = sf.fidelity_table([{"system": "colocated", "rate": 0.5, "metrics": metrics}])
+    assert "colocated" in table and "50.0% *" in table and "0.0%" in table and "1500.0" in table
+    assert table.splitlines()[2].rstrip().endswith("no |")
+
+
+def test_run_fidelity_on_a_small_fake_live_summary(cal, model_dir):
+    """End to end through the simulator (a few requests) against a made-up live summary."""
+    wl = sf.rates_workload(2.0, 6, 4)
+    live_summary = summarize([], None)
+    live_summary.update(num_requests=6, throughput_rps=1.0, output_tokens_per_s=4.0,
+                        ttft_s={"mean": 0.1, "p50": 0.1, "p90": 0.2, "p99": 0.3},
+                        tpot_s={"mean": 0.01, "p50": 0.01, "p90": 0.01, "p99": 0.01})
+    live = {"experiment": "rates", "rates": [2.0],
+            "summaries": {"hybrid adaptive": {"rate=2": live_summary}}}
+    rows = sf.run_fidelity(live, cal, model_dir, systems={"hybrid adaptive": str(ROOT / "configs/hybrid.yaml"),
+                                                          "colocated": str(ROOT / "configs/colocated.yaml")},
+                           progress=False)
+    assert len(rows) == 1  # colocated is not in the live summary
+    row = rows[0]
+    assert row["system"] == "hybrid adaptive" and row["num_requests"] == wl.num_requests
+    assert row["output_tokens"] == 4 and row["sim_num_failed"] == 0
+    assert sum(row["sim_routes"].values()) == 6
+    for name, _ in sf.METRICS:
+        m = row["metrics"][name]
+        assert m["sim"] > 0 and m["rel_error"] == pytest.approx(abs(m["sim"] - m["live"]) / m["live"])
