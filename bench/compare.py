@@ -29,7 +29,7 @@ import yaml
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown)
 from bench.run import run_workload, write_run
-from bench.workloads import make_workload, mixed_batch, uniform_batch
+from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
 
 SEED_CHUNK_TABLE = {  # max_num_batched_tokens: (long TTFT ms, short p99 TTFT ms, throughput %)
     4096: (320, 720, 100), 2048: (580, 420, 96), 1024: (1050, 240, 91), 512: (2100, 160, 84)}
@@ -79,17 +79,27 @@ def run_config(cfg: dict, workloads: list, slo: SloSpec) -> dict[str, list]:
 
 # ---- experiments -------------------------------------------------------------------------------
 
+# The rates experiment (bench.sim_fidelity replays it in the simulator): label -> config, the
+# fixed-policy ones run as baselines; its length buckets (weight, min tokens, max tokens).
+RATES_SYSTEMS = {"colocated": "configs/colocated.yaml", "disaggregated": "configs/disaggregated.yaml",
+                 "adaptive": "configs/adaptive.yaml", "hybrid adaptive": "configs/hybrid.yaml"}
+RATES_BASELINES = ("colocated", "disaggregated")
+RATES_BUCKETS = {"short": (0.75, 64, 512), "medium": (0.2, 1024, 2048), "long": (0.05, 3000, 4000)}
+RATES_SEED = 7
+DEFAULT_OUTPUT_TOKENS = 32
+
+
+def rates_workload(rate: float, num_requests: int, output_tokens: int = DEFAULT_OUTPUT_TOKENS) -> Workload:
+    """The Poisson bucket mix the rates experiment serves at `rate`."""
+    return make_workload("bucket_mix", num_requests=num_requests, rate_per_s=rate, seed=RATES_SEED,
+                         output_tokens=output_tokens, buckets=RATES_BUCKETS)
+
+
 def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     rates = [float(r) for r in args.rates.split(",")]
-    systems = {"colocated": baseline("configs/colocated.yaml"),
-               "disaggregated": baseline("configs/disaggregated.yaml"),
-               "adaptive": load_yaml("configs/adaptive.yaml"),
-               "hybrid adaptive": load_yaml("configs/hybrid.yaml")}
-    workloads = [make_workload("bucket_mix", num_requests=args.num_requests, rate_per_s=r, seed=7,
-                               output_tokens=args.output_tokens,
-                               buckets={"short": (0.75, 64, 512), "medium": (0.2, 1024, 2048),
-                                        "long": (0.05, 3000, 4000)})
-                 for r in rates]
+    systems = {label: baseline(path) if label in RATES_BASELINES else load_yaml(path)
+               for label, path in RATES_SYSTEMS.items()}
+    workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
     workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
     results: dict[str, dict[str, Any]] = {}
     sweep: dict[str, list] = {}
@@ -204,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment", default="rates", choices=sorted(EXPERIMENTS))
     ap.add_argument("--rates", default="0.25,0.5,1")
     ap.add_argument("--num-requests", type=int, default=30)
-    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="results/compare")
     args = ap.parse_args(argv)

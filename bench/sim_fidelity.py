@@ -30,25 +30,17 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
-from bench.workloads import Workload, make_workload
+from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import StepTimeModel
 from transfer.kv_geometry import KVGeometry
 
-# The systems of `bench.compare --experiment rates` (label -> deployment config).
-SYSTEMS: dict[str, str] = {"colocated": "configs/colocated.yaml",
-                           "disaggregated": "configs/disaggregated.yaml",
-                           "adaptive": "configs/adaptive.yaml",
-                           "hybrid adaptive": "configs/hybrid.yaml"}
-# The workload of `bench.compare.exp_rates` (bucket name: weight, min tokens, max tokens).
-RATES_BUCKETS = {"short": (0.75, 64, 512), "medium": (0.2, 1024, 2048), "long": (0.05, 3000, 4000)}
-RATES_SEED = 7
-DEFAULT_OUTPUT_TOKENS = 32  # bench.compare's --output-tokens default
 TOLERANCE = 0.20
 # (name, summary path): the compared quantities.
 METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p50")),
@@ -173,12 +165,6 @@ def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, wo
     return simulate(workload, cluster, build_policy(config, label, cluster))
 
 
-def rates_workload(rate: float, num_requests: int, output_tokens: int) -> Workload:
-    """The workload `bench.compare --experiment rates` serves at `rate`."""
-    return make_workload("bucket_mix", num_requests=num_requests, rate_per_s=rate, seed=RATES_SEED,
-                         output_tokens=output_tokens, buckets=RATES_BUCKETS)
-
-
 def live_run_shape(summary: Mapping[str, Any]) -> tuple[int, int]:
     """(requests, output tokens per request) of a live run, from its summary (every request
     asked for the same output length with ignore_eos, so output tokens / requests is it)."""
@@ -250,7 +236,7 @@ def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
 
 
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                 systems: Mapping[str, str] = SYSTEMS, live_dir: Path | None = None,
+                 systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate)."""
     step_model = step_model_from_calibration(cal)

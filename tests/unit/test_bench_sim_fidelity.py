@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from bench import sim_fidelity as sf
+from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, rates_workload
 from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
@@ -126,9 +127,9 @@ def test_block_size_must_match_the_calibration(cal, model_dir):
 
 
 def test_rates_workload_is_bench_compares():
-    wl = sf.rates_workload(1.0, 20, 32)
+    wl = rates_workload(1.0, 20, 32)
     assert wl.num_requests == 20 and all(r.output_tokens == 32 for r in wl.requests)
-    assert {r.bucket for r in wl.requests} <= set(sf.RATES_BUCKETS)
+    assert {r.bucket for r in wl.requests} <= set(RATES_BUCKETS)
     assert all(64 <= r.input_tokens <= 4000 for r in wl.requests)
     records = [{"request_id": r.request_id, "input_tokens": r.input_tokens} for r in wl.requests]
     assert sf.same_requests(wl, records[::-1])
@@ -137,7 +138,7 @@ def test_rates_workload_is_bench_compares():
 
 def test_live_run_shape_reads_requests_and_output_length():
     assert sf.live_run_shape({"num_requests": 60, "throughput_rps": 0.5, "output_tokens_per_s": 16.0}) == (60, 32)
-    assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, sf.DEFAULT_OUTPUT_TOKENS)
+    assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, DEFAULT_OUTPUT_TOKENS)
 
 
 def test_rel_error_and_compare_summaries():
@@ -162,7 +163,7 @@ def test_fidelity_table_marks_errors_over_tolerance():
 
 def test_run_fidelity_on_a_small_fake_live_summary(cal, model_dir):
     """End to end through the simulator (a few requests) against a made-up live summary."""
-    wl = sf.rates_workload(2.0, 6, 4)
+    wl = rates_workload(2.0, 6, 4)
     live_summary = summarize([], None)
     live_summary.update(num_requests=6, throughput_rps=1.0, output_tokens_per_s=4.0,
                         ttft_s={"mean": 0.1, "p50": 0.1, "p90": 0.2, "p99": 0.3},
