@@ -22,9 +22,9 @@ from transfer.link_model import LinkFit, OnlineLinkModel
 MODELS = ("probe", "start-up", "online")
 
 
-def _model_for(links: dict, prefill_id: str, decode_id: str) -> OnlineLinkModel:
-    entry = next(m for m in links["models"] if (m["prefill_id"], m["decode_id"]) == (prefill_id, decode_id))
-    return OnlineLinkModel.from_dict(entry["model"])
+def _entry(links: dict, pair: tuple[str, str]) -> dict:
+    """One pair's entry of the router's `link_models()`: its model and engine overhead."""
+    return next(m for m in links["models"] if (m["prefill_id"], m["decode_id"]) == pair)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,16 +47,17 @@ def main(argv: list[str] | None = None) -> int:
         probe = dep.link_probes[0]
         pair = (probe.prefill_id, probe.decode_id)
         probe_fit: LinkFit = probe.fit
-        start = _model_for(dep.links_at_start, *pair)
-        overhead = next(m["engine_overhead_s"] for m in dep.links_at_start["models"]
-                        if (m["prefill_id"], m["decode_id"]) == pair)
+        start_entry = _entry(dep.links_at_start, pair)
+        start = OnlineLinkModel.from_dict(start_entry["model"])
+        overhead = start_entry["engine_overhead_s"]
         print(f"link {pair[0]}->{pair[1]}: probe alpha {probe_fit.alpha_s * 1e3:.3f} ms, "
               f"beta {probe_fit.beta_bytes_per_s / 1e9:.2f} GB/s; engine overhead "
               f"{(overhead or 0) * 1e3:.2f} ms", flush=True)
         records = []
         for k in range(args.runs):
             for n in sizes:
-                online = _model_for(ray.get(dep.router.link_models.remote()), *pair)
+                links_now = ray.get(dep.router.link_models.remote())
+                online = OnlineLinkModel.from_dict(_entry(links_now, pair)["model"])
                 r = dep.generate(prompt_token_ids=random_prompt(n, f"transfer-prediction/{n}/{k}"),
                                  max_tokens=2, route="disaggregated")
                 if r.route != "disaggregated" or not r.kv_transfer_s:

@@ -30,12 +30,12 @@ def connect(address: str | None) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    hint = "start one with `ray start --head` or pass --address"
     try:
         address = _resolve_cluster_address(address or os.environ.get("RAY_ADDRESS") or "auto")
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
     except ConnectionError as err:
-        raise ConnectionError(f"no running Ray cluster to join ({err}); {hint}") from None
+        raise ConnectionError(f"no running Ray cluster to join ({err}); start one with "
+                              "`ray start --head` or pass --address") from None
 
 
 def _resolve_cluster_address(address: str, timeout_s: float = 3.0) -> str:

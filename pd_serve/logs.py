@@ -12,8 +12,6 @@ import os
 import sys
 
 LEVEL_ENV = "PD_SERVE_LOG_LEVEL"
-
-
 PACKAGES = ("pd_serve", "transfer")  # schedulers/ is pure and logs nothing
 
 

@@ -4,9 +4,9 @@ A worker can serve when it is healthy and the request fits its max_model_len: pr
 max_tokens where it decodes, prompt + 1 where it only prefills (vLLM's prefill leg samples one
 token). Among those, workers (or prefill/decode pairs) with a full KV cache are left out while
 any other can serve; when all are full the request still goes to the least loaded, where it
-waits in the engine's queue as vLLM would make it wait anyway. Every policy picks from these lists only, so no policy
-sends a request to a dead worker, past a worker's length limit, or to a full worker while a
-worker with room exists.
+waits in the engine's queue as vLLM would make it wait anyway. Every policy picks from these
+lists only, so no policy sends a request to a dead worker, past a worker's length limit, or to
+a full worker while a worker with room exists.
 
 Load order (`WorkerView.load_key`): the router's in-flight count, then the engine's running +
 waiting, then KV cache usage, then the worker id.

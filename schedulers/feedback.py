@@ -6,8 +6,9 @@ speed drifts (other processes, thermal limits, a neighbour's batch). Every finis
 log(actual / raw prediction) of its prefill's queue wait + compute (the router's choice: the
 rest of a TTFT, such as waiting on a decode worker that later arrivals keep busy, is not engine
 speed), where the raw prediction is the calibrated model's before any correction; an
-exponentially weighted mean of those logs gives the factor the model's step times are scaled by. The first `warmup` observations only accumulate, so one odd request at start-up
-does not swing the model.
+exponentially weighted mean of those logs gives the factor the model's step times are scaled
+by. The first `warmup` observations only accumulate, so one odd request at start-up does not
+swing the model.
 
     factor = exp( EWMA_k log(actual_k / raw_k) ),  clamped to [min_factor, max_factor]
 """
