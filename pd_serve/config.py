@@ -148,7 +148,8 @@ class DeploymentConfig(_Strict):
 
     @model_validator(mode="after")
     def _device_rules(self) -> "DeploymentConfig":
-        """CPU engines need block sizes of multiples of 32, and NCCL needs GPUs."""
+        """CPU engines need block sizes of multiples of 32; 'nccl' cannot run (see
+        transfer.connector_config.nccl_unavailable_reason)."""
         device = resolve_device(self.device)
         for role, rc in self.workers.items():
             if device == "cpu" and rc.engine.block_size % CPU_BLOCK_MULTIPLE:
@@ -157,10 +158,9 @@ class DeploymentConfig(_Strict):
                     f"on CPU (vLLM's CPU attention backend), got {rc.engine.block_size}")
             if device == "cpu" and rc.resources.num_gpus:
                 raise ValueError(f"workers.{role}.resources.num_gpus: must be 0 on device 'cpu'")
-        if device == "cpu" and self.transfer.backend == "nccl":
-            raise ValueError(
-                "transfer.backend: 'nccl' (vLLM's P2pNcclConnector) needs GPUs and this deployment "
-                "runs on CPU; use 'nixl' (NIXL over host memory) or 'auto'")
+        if self.transfer.backend == "nccl":
+            from transfer.connector_config import nccl_unavailable_reason
+            raise ValueError("transfer.backend: " + nccl_unavailable_reason(device))
         return self
 
 

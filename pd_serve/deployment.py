@@ -241,9 +241,7 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     t0 = time.perf_counter()
     cfg = as_config(config)
     device = cfg.resolved_device
-    backend = resolve_backend(cfg.transfer.backend, device)
-    if backend == "nccl":
-        raise NotImplementedError("transfer.backend 'nccl' is not wired into the router yet; use 'nixl'")
+    resolve_backend(cfg.transfer.backend, device)  # a backend that cannot run fails before any actor
     model = resolve_model(cfg.model)
     owns_ray = init_ray(address)
     try:
@@ -314,8 +312,8 @@ def _calibrate(workers: dict[str, Any], infos: dict[str, WorkerInfo]):
     per_worker = ray.get([w.calibrate.remote(i) for i, w in enumerate(workers.values())])
     info = next(iter(infos.values()))
     kv = KVGeometry.from_hf_config(info.hf_config, info.block_size, info.kv_dtype)
-    cal = fit_step_model(info.hf_config, kv, [s for samples in per_worker for s in samples],
-                         time.perf_counter() - t0)
+    cal = fit_step_model(info.hf_config, kv, [s for r in per_worker for s in r["samples"]],
+                         time.perf_counter() - t0, [g for r in per_worker for g in r["step_gaps_s"]])
     logger.info("step-time model calibrated on %d engine steps in %.1fs: %s", cal.num_samples,
                 cal.seconds, cal.summary())
     return cal

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BACKENDS = ("nixl", "nccl", "auto")
+NCCL_CONNECTOR = "P2pNcclConnector"
 
 
 class BackendUnavailableError(ValueError):
@@ -30,14 +31,34 @@ class ConnectorSettings:
     side_channel_port: int = 0
 
 
+def vllm_has_connector(name: str) -> bool:
+    """Whether the installed vLLM registers the KV connector `name`."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    return name in KVConnectorFactory._registry
+
+
+def nccl_unavailable_reason(device: str) -> str:
+    """Why 'nccl' cannot run here. It never can today: NCCL needs GPUs, and on GPUs the connector
+    it names, vLLM's P2pNcclConnector, was removed from vLLM (vllm-project/vllm#44854, June 2026)
+    before the vLLM this project runs on. NIXL is vLLM's maintained path on GPUs too."""
+    if device != "gpu":
+        return ("'nccl' (vLLM's P2pNcclConnector) needs GPUs and this deployment runs on CPU; "
+                "use 'nixl' (NIXL over host memory) or 'auto'")
+    import vllm
+    if not vllm_has_connector(NCCL_CONNECTOR):
+        return (f"'nccl' needs vLLM's {NCCL_CONNECTOR}, which vLLM {vllm.__version__} no longer ships "
+                f"(removed in vllm-project/vllm#44854); use 'nixl' or 'auto': NIXL moves the KV "
+                f"cache over NVLink or RDMA on GPUs")
+    return (f"'nccl': this vLLM ({vllm.__version__}) still has {NCCL_CONNECTOR}, but pd-serve's router "
+            f"drives NIXL's pull protocol only; use 'nixl' or 'auto'")
+
+
 def resolve_backend(backend: str, device: str) -> str:
     """'auto' is NIXL everywhere (UCX picks RDMA/NVLink on GPUs, shared memory/TCP on hosts)."""
     if backend not in BACKENDS:
         raise ValueError(f"transfer.backend: unknown backend {backend!r}; allowed: {list(BACKENDS)}")
-    if backend == "nccl" and device != "gpu":
-        raise BackendUnavailableError(
-            "transfer.backend 'nccl' (vLLM's P2pNcclConnector) needs GPUs; on CPU use 'nixl' "
-            "(NIXL over host memory) or 'auto'")
+    if backend == "nccl":
+        raise BackendUnavailableError("transfer.backend " + nccl_unavailable_reason(device))
     return "nixl" if backend == "auto" else backend
 
 
@@ -52,9 +73,7 @@ def allocate_port(host: str = "127.0.0.1") -> int:
 def connector_settings(backend: str, device: str, engine_id: str, node_ip: str,
                        abort_timeout_s: int, single_node: bool) -> ConnectorSettings:
     """Settings for one worker; call on the worker's node (the port is allocated there)."""
-    name = resolve_backend(backend, device)
-    if name == "nccl":
-        return _nccl_settings(engine_id, node_ip)
+    resolve_backend(backend, device)  # raises for a backend that cannot run here
     return _nixl_settings(device, engine_id, node_ip, abort_timeout_s, single_node)
 
 
@@ -76,16 +95,3 @@ def _nixl_settings(device: str, engine_id: str, node_ip: str, abort_timeout_s: i
     if device == "cpu" and single_node:
         env["UCX_NET_DEVICES"] = "lo"  # keep host-memory transfers on loopback
     return ConnectorSettings("nixl", cfg, env, node_ip, port)
-
-
-def _nccl_settings(engine_id: str, node_ip: str) -> ConnectorSettings:
-    port = allocate_port(node_ip)
-    cfg = {
-        "kv_connector": "P2pNcclConnector",
-        "kv_role": "kv_both",
-        "engine_id": engine_id,
-        "kv_buffer_device": "cuda",
-        "kv_port": str(port),
-        "kv_connector_extra_config": {"http_ip": node_ip},
-    }
-    return ConnectorSettings("nccl", cfg, {}, node_ip, port)

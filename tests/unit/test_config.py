@@ -53,6 +53,11 @@ def test_nccl_on_cpu_fails_at_load_and_says_what_to_use():
         _with(transfer={"backend": "nccl"})
 
 
+def test_nccl_on_gpus_fails_at_load_because_vllm_dropped_its_connector():
+    with pytest.raises(ConfigError, match=r"P2pNcclConnector.*no longer ships.*use 'nixl' or 'auto'"):
+        _with(device="gpu", transfer={"backend": "nccl"})
+
+
 def test_cpu_block_size_must_be_a_multiple_of_32():
     with pytest.raises(ConfigError, match=r"workers\.decode\.engine\.block_size: must be a multiple of 32 on CPU .*got 16"):
         _with(workers={"prefill": {}, "decode": {"engine": {"block_size": 16}}})
