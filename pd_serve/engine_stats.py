@@ -22,11 +22,14 @@ STALE_TRANSFER_S = 600.0  # a transfer nobody claimed for this long belonged to 
 
 @dataclass
 class TransferRecord:
-    """One completed KV transfer as the connector measured it."""
+    """One completed KV transfer as the connector measured it (NIXL's telemetry): from posting
+    the READ until a check saw it done, of which `post_s` went to posting it."""
 
     t: float
     num_bytes: int
     duration_s: float
+    post_s: float | None = None
+    num_descriptors: int | None = None
 
 
 @dataclass
@@ -79,8 +82,12 @@ class EngineStatsCollector:
             return
         data = getattr(stats, "data", stats)
         durations = data.get("transfer_duration", [])
-        for num_bytes, duration in zip(data.get("bytes_transferred", []), durations):
-            record = TransferRecord(now, int(num_bytes), float(duration))
+        posts = data.get("post_duration") or [None] * len(durations)
+        descriptors = data.get("num_descriptors") or [None] * len(durations)
+        for num_bytes, duration, post, count in zip(data.get("bytes_transferred", []), durations, posts,
+                                                    descriptors):
+            record = TransferRecord(now, int(num_bytes), float(duration),
+                                    None if post is None else float(post), None if count is None else int(count))
             self.transfers.append(record)
             self.unclaimed.append(record)
         self.num_transfer_failures += len(data.get("num_failed_transfers", []))

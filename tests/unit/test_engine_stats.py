@@ -31,3 +31,14 @@ def test_stale_unclaimed_transfers_are_dropped():
     c.observe(_sched([100], [0.1]), None)
     t_old = c.unclaimed[0].t
     assert c.claim_transfers(t_old + STALE_TRANSFER_S + 1) == []
+
+
+def test_posting_time_and_descriptor_count_are_kept_when_nixl_reports_them():
+    c = EngineStatsCollector()
+    stats = _sched([4096], [0.006])
+    stats.kv_connector_stats.update(post_duration=[0.002], num_descriptors=[500])
+    c.observe(stats, None)
+    c.observe(_sched([100], [0.1]), None)  # an older vLLM: neither field
+    with_post, without = c.claim_transfers(0.0, 2)
+    assert (with_post.post_s, with_post.num_descriptors) == (0.002, 500)
+    assert (without.post_s, without.num_descriptors) == (None, None)
