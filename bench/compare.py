@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -63,14 +63,18 @@ def baseline(path: str) -> dict:
     return cfg
 
 
-def run_config(cfg: dict, workloads: list, slo: SloSpec) -> dict[str, list]:
-    """Deploy once, run each workload in turn (distinct prompts), shut down."""
+def run_config(cfg: dict, workloads: list, slo: SloSpec,
+               on_ready: Callable[[Any], None] | None = None) -> dict[str, list]:
+    """Deploy once, call `on_ready(deployment)` (while it is idle), run each workload in turn
+    (distinct prompts), shut down."""
     from pd_serve import deploy
 
     out = {}
     t0 = time.perf_counter()
     with deploy(copy.deepcopy(cfg)) as dep:
         print(f"  {cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
+        if on_ready is not None:
+            on_ready(dep)
         for k, wl in enumerate(workloads):
             out[wl.name] = run_workload(dep.stream, wl, dep.vocab_size, "auto", salt=k + 1)
     print(f"  {cfg.get('name')}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -95,16 +99,44 @@ def rates_workload(rate: float, num_requests: int, output_tokens: int = DEFAULT_
                          output_tokens=output_tokens, buckets=RATES_BUCKETS)
 
 
-def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
-    rates = [float(r) for r in args.rates.split(",")]
+def rates_systems() -> dict[str, dict]:
+    """The rates experiment's deployments. Every one calibrates its step-time model at start-up
+    (the baselines' fixed policies do not use it): `bench.sim_fidelity` simulates each system
+    with what its own deployment measured, minutes before the live run."""
     systems = {label: baseline(path) if label in RATES_BASELINES else load_yaml(path)
                for label, path in RATES_SYSTEMS.items()}
+    for cfg in systems.values():
+        cfg.setdefault("scheduler", {})["calibrate"] = True
+    return systems
+
+
+def measure_for_simulator(dep: Any) -> dict[str, Any]:
+    """What the simulator needs of a live deployment, measured on it while it is idle: the step
+    model (with the step gap), the start-up link models and the request path."""
+    from bench.sim_fidelity import calibration_from_deployment
+    from pd_serve.request_path import measure_request_path
+
+    path = measure_request_path(dep)
+    print(f"    request path: colocated {_fmt_ms(path.colocated_s)}, disaggregated "
+          f"{_fmt_ms(path.disaggregated_s)} (step gap {_fmt_ms(path.step_gap_s)})", file=sys.stderr, flush=True)
+    return calibration_from_deployment(dep, path.to_dict())
+
+
+def _fmt_ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
+    rates = [float(r) for r in args.rates.split(",")]
+    systems = rates_systems()
     workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
     workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
     results: dict[str, dict[str, Any]] = {}
+    measured: dict[str, dict[str, Any]] = {}
     sweep: dict[str, list] = {}
     for label, cfg in systems.items():
-        records = run_config(cfg, workloads, slo)
+        records = run_config(cfg, workloads, slo,
+                             on_ready=lambda dep, label=label: measured.__setitem__(label, measure_for_simulator(dep)))
         results[label] = {wl: summarize(recs, slo) for wl, recs in records.items()}
         sweep[label] = [(r, results[label][f"rate={r:g}"]) for r in rates]
         for wl, recs in records.items():
@@ -122,7 +154,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
                          "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
     if can_plot():
         plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png")
-    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results}
+    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured}
 
 
 def exp_mixed_batch(args: argparse.Namespace, slo: SloSpec) -> dict:

@@ -4,14 +4,18 @@
         [--calibration-out results/cpu_calibration.json] [--out results/sim_fidelity.json]
 
 1. Reads the live rate sweep of `python -m bench.compare --experiment rates` (its summary.json).
-2. Takes the CPU step-time model (the four coefficients of `schedulers.step_time.StepTimeModel`)
-   and the P->D link (alpha, beta) from `--calibration`, or, without it, deploys
-   configs/hybrid.yaml once with calibration and the start-up link probe on, saves what it
-   measured to `--calibration-out` and shuts the deployment down.
+2. Takes, per system, what its own live deployment measured while idle, minutes before its run
+   (`bench.compare` keeps it in the summary's `measured`): the CPU step-time model (the four
+   coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
+   loop's measured step gap), the P->D link (alpha, beta) and the request path
+   (`pd_serve.request_path`: the time outside the engines, per route). For a summary without
+   them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
+   and the start-up link probe on, measured the same way and saved to `--calibration-out`.
+   Nothing is fitted to the live runs' results.
 3. Mirrors each live system (configs/colocated.yaml, disaggregated.yaml, adaptive.yaml,
    hybrid.yaml, as bench.compare runs them) as a simulation config: the same roles and counts,
    engine settings, KV pool (the CPU engine's `kv_cache_gib`), policy and SLOs, with the
-   calibrated step times instead of the roofline and the start-up link model.
+   calibrated step times instead of the roofline, the start-up link model and the request path.
 4. Serves the live runs' workloads (bucket_mix, seed 7, the same rates, request count and output
    length) in the simulator, summarizes them with `bench.metrics`, and prints for every system
    and rate live vs simulated p50 TTFT, p99 TTFT and mean TPOT with |sim - live| / live; the
@@ -37,6 +41,7 @@ from bench.simulator.simulator import SimResult, simulate
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
+from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import StepTimeModel
 from transfer.kv_geometry import KVGeometry
@@ -63,8 +68,9 @@ def calibration_record(coefficients: Mapping[str, Any], spec: ModelSpec, kv: KVG
             **extra}
 
 
-def calibration_from_deployment(dep: Any) -> dict[str, Any]:
-    """What a started `pd_serve.Deployment` measured: its calibration and its links."""
+def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a started `pd_serve.Deployment` measured: its calibration and its links (and the
+    request path, `pd_serve.request_path.RequestPath.to_dict()`, when measured)."""
     if dep.calibration is None:
         raise ValueError("the deployment was not calibrated (scheduler.calibrate is off)")
     model = dep.calibration.model
@@ -83,7 +89,7 @@ def calibration_from_deployment(dep: Any) -> dict[str, Any]:
         raise ValueError("the deployment has no link model (no prefill/decode pair was probed)")
     return calibration_record({k: getattr(model, k) for k in COEFFICIENTS}, model.spec, model.kv, link,
                               calibration=dep.calibration.summary(), probe_fit=probe_fit,
-                              router_links=router_links,
+                              router_links=router_links, request_path=dict(request_path or {}),
                               hf_config=json.loads(json.dumps(info.hf_config, default=str)),
                               block_size=info.block_size, kv_dtype=info.kv_dtype,
                               config=dep.config.name, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -99,8 +105,12 @@ def calibrate_live(config_path: str = CALIBRATION_CONFIG) -> dict[str, Any]:
     print(f"calibrating: deploying {config_path} (calibration + link probe) ...", file=sys.stderr, flush=True)
     dep = deploy(cfg)
     try:
-        print(f"  ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
-        return calibration_from_deployment(dep)
+        print(f"  ready in {dep.start_s:.0f}s; measuring the request path ...", file=sys.stderr, flush=True)
+        path = measure_request_path(dep)
+        print(f"  request path: colocated {path.colocated_s * 1e3:.1f} ms, disaggregated "
+              f"{path.disaggregated_s * 1e3:.1f} ms (step gap {path.step_gap_s * 1e3:.2f} ms)",
+              file=sys.stderr, flush=True)
+        return calibration_from_deployment(dep, path.to_dict())
     finally:
         dep.shutdown()
 
@@ -148,11 +158,13 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              "long_prefill_token_threshold": e.long_prefill_token_threshold,
                              "max_model_len": e.max_model_len, "num_kv_blocks": cpu_kv_blocks(e.kv_cache_gib, kv)}
     link = cal["link"]
+    path = cal.get("request_path") or {}
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
         "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
         "engine": next(iter(role_engine.values())), "role_engine": role_engine,
         "link": {"alpha_s": link["alpha_s"], "bandwidth_bytes_per_s": link["beta_bytes_per_s"]},
+        "request_path": {k: float(path.get(k) or 0.0) for k in ("colocated_s", "disaggregated_s")},
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params)}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
@@ -235,18 +247,34 @@ def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
     return out
 
 
-def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any], model: str,
+def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """What the simulator uses for `label`: what its own live deployment measured before its run
+    (the live summary's `measured`, written by `bench.compare` since it records them), else `cal`."""
+    own = (live.get("measured") or {}).get(label)
+    if own is not None:
+        return own
+    if cal is None:
+        raise ValueError(f"{label}: the live summary holds no measurements of its deployment; "
+                         f"give --calibration or let this script calibrate")
+    return cal
+
+
+def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True) -> list[dict[str, Any]]:
-    """Simulate every system of the live summary at every live rate; one row per (system, rate)."""
-    step_model = step_model_from_calibration(cal)
+    """Simulate every system of the live summary at every live rate; one row per (system, rate).
+    Each system runs on its own deployment's measurements when the summary has them, else `cal`."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
         if label not in live["summaries"]:
             print(f"{label}: not in the live summary, skipped", file=sys.stderr)
             continue
-        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), cal, model)
+        system_cal = calibration_for(live, label, cal)
+        if progress:
+            print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
+        step_model = step_model_from_calibration(system_cal)
+        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model)
         t0 = time.perf_counter()
         for rate in live["rates"]:
             key = f"rate={rate:g}"
@@ -265,6 +293,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                          "metrics": metrics, "live_routes": live_summary.get("routes"),
                          "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
+                         "calibration_measured_with_live_run": label in (live.get("measured") or {}),
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
                          "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")}})
             if progress:
@@ -275,6 +304,19 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any], model: str,
             print(f"{label}: simulated {len(live['rates'])} rates in {time.perf_counter() - t0:.1f}s",
                   file=sys.stderr, flush=True)
     return rows
+
+
+def _calibration_line(cal: Mapping[str, Any]) -> str:
+    link, path = cal["link"], cal.get("request_path") or {}
+    gflops = 1e-9 / cal["s_per_linear_flop"] if cal["s_per_linear_flop"] else float("inf")
+    line = (f"step overhead {cal['overhead_s'] * 1e3:.2f} ms (step gap "
+            f"{_ms((cal.get('calibration') or {}).get('step_gap_s'))} ms), {gflops:.1f} linear GFLOP/s, "
+            f"s_per_attention_flop {cal['s_per_attention_flop']:.3g}, s_per_kv_byte {cal['s_per_kv_byte']:.3g}; "
+            f"link alpha {link['alpha_s'] * 1e3:.2f} ms, beta {link['beta_bytes_per_s'] / 1e9:.2f} GB/s; ")
+    if not path.get("colocated_s") and not path.get("disaggregated_s"):
+        return line + "no request path measured (the simulator adds none)"
+    return (line + "request path colocated " + _ms(path.get("colocated_s")) + " ms, disaggregated "
+            + _ms(path.get("disaggregated_s")) + " ms")
 
 
 def _default_model_dir() -> str:
@@ -299,19 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
               file=sys.stderr)
         return 2
+    measured = live.get("measured") or {}
+    cal = None
     if args.calibration:
         cal = json.loads(Path(args.calibration).read_text())
-        print(f"calibration: {args.calibration}", file=sys.stderr)
-    else:
+        print(f"calibration for systems the live run did not measure: {args.calibration}", file=sys.stderr)
+    elif not all(label in measured for label in RATES_SYSTEMS if label in live["summaries"]):
         cal = calibrate_live()
         write_json(args.calibration_out, cal)
         print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
-    link = cal["link"]
-    print(f"step-time model: overhead {cal['overhead_s'] * 1e3:.2f} ms, "
-          f"{1e-9 / cal['s_per_linear_flop'] if cal['s_per_linear_flop'] else float('inf'):.1f} linear GFLOP/s, "
-          f"s_per_attention_flop {cal['s_per_attention_flop']:.3g}, s_per_kv_byte {cal['s_per_kv_byte']:.3g}; "
-          f"link alpha {link['alpha_s'] * 1e3:.2f} ms, beta {link['beta_bytes_per_s'] / 1e9:.2f} GB/s",
-          file=sys.stderr, flush=True)
 
     rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance)
     table = fidelity_table(rows, args.tolerance)
@@ -321,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
     write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
+                          "measured_with_live_runs": sorted(measured),
                           "num_within_tolerance": sum(checks), "num_checks": len(checks),
                           "all_within_tolerance": all(checks), "rows": rows, "table": table})
     print(f"wrote {args.out}")

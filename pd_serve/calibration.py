@@ -6,13 +6,20 @@ per-step records (vLLM's iteration details: tokens scheduled and elapsed time). 
 are controlled, each step's prefill context and decode contexts are known, which turns the steps
 into `StepSample`s for `StepTimeModel.fit`. The fitted model then predicts this machine's engine,
 whatever the machine is.
+
+vLLM times only the model's execution of a step; scheduling, output processing and the hand-off
+to the front-end come on top of it, before the next step starts. The decode probes measure that
+directly: in a steady decode, the front-end sees one output per step, so the time between two
+steps' records minus the second step's execution is the loop's own time per step (the step gap).
+The model the router and the simulator use predicts the whole step: fitted execution + gap.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Sequence
 
 from pd_serve.prompts import random_prompt
@@ -23,9 +30,11 @@ from transfer.kv_geometry import KVGeometry
 logger = logging.getLogger(__name__)
 
 PREFILL_SIZES = (128, 512, 1024, 2048, 4096)
-DECODE_BATCHES = (1, 4, 8)
+# (batch, prompt tokens) of the decode-only probes: batch sizes at a short context, and long
+# contexts, without which the KV-read coefficient is extrapolated from prefills alone.
+DECODE_PROBES = ((1, 64), (4, 64), (8, 64), (1, 2048), (2, 4096))
 MIXED = ((4, 1024), (4, 2048))  # (decoding requests, prefill tokens) run together
-DECODE_PROMPT_TOKENS = 64
+DECODE_PROMPT_TOKENS = 64  # the mixed probes' decodes
 DECODE_OUTPUT_TOKENS = 16
 
 # run(request_id, prompt_token_ids, max_tokens) -> awaitable that completes when the request does;
@@ -39,24 +48,30 @@ def _ids(n: int, salt: int | str, vocab: int) -> list[int]:
 
 
 async def run_calibration_probes(run: RunFn, steps_since: StepsFn, vocab: int, max_model_len: int,
-                                 salt: int = 0) -> list[dict]:
-    """Worker side: run the probes on this engine; return StepSample dicts."""
+                                 salt: int = 0) -> dict[str, list]:
+    """Worker side: run the probes on this engine. Returns `samples` (StepSample dicts) and
+    `step_gaps_s` (loop time between steady decode steps, see the module docstring)."""
     samples: list[dict] = []
+    gaps: list[float] = []
     sizes = [n for n in PREFILL_SIZES if n < max_model_len - 2]
     for i, n in enumerate(sizes):
         t0 = time.time()
         await run(f"calib-p{salt}-{i}", _ids(n, salt * 100 + i, vocab), 1, None)
         samples += _prefill_samples(steps_since(t0), decode_contexts=())
-    for b in DECODE_BATCHES:
+    for b, prompt in DECODE_PROBES:
+        if prompt + DECODE_OUTPUT_TOKENS >= max_model_len:
+            continue
         t0 = time.time()
-        await asyncio.gather(*(run(f"calib-d{salt}-{b}-{j}", _ids(DECODE_PROMPT_TOKENS, 1000 + 10 * b + j, vocab),
+        await asyncio.gather(*(run(f"calib-d{salt}-{b}-{prompt}-{j}", _ids(prompt, f"d{b}-{prompt}-{j}", vocab),
                                    DECODE_OUTPUT_TOKENS, None) for j in range(b)))
-        samples += _decode_samples(steps_since(t0), b)
+        steps = steps_since(t0)
+        samples += _decode_samples(steps, b, prompt)
+        gaps += step_gaps(steps, b)
     for k, (b, n) in enumerate(MIXED):
         if n >= max_model_len - 2:
             continue
         samples += await _mixed_probe(run, steps_since, vocab, b, n, f"{salt}-{k}")
-    return samples
+    return {"samples": samples, "step_gaps_s": gaps}
 
 
 async def _mixed_probe(run: RunFn, steps_since: StepsFn, vocab: int, num_decodes: int,
@@ -84,34 +99,47 @@ def _prefill_samples(steps: list[dict], decode_contexts: tuple[int, ...]) -> lis
     return out
 
 
-def _decode_samples(steps: list[dict], batch: int) -> list[dict]:
-    mid_context = DECODE_PROMPT_TOKENS + DECODE_OUTPUT_TOKENS // 2
+def _decode_samples(steps: list[dict], batch: int, prompt_tokens: int) -> list[dict]:
+    mid_context = prompt_tokens + DECODE_OUTPUT_TOKENS // 2
     return [{"prefill_tokens": 0, "prefill_context": 0, "decode_contexts": [mid_context] * batch,
              "duration_s": s["elapsed_s"]}
             for s in steps if s["num_prefill_reqs"] == 0 and s["num_decode_reqs"] == batch]
 
 
+def step_gaps(steps: list[dict], batch: int) -> list[float]:
+    """Loop time of each steady decode step: its record's time after the previous step's record,
+    less its own execution. Only pairs of consecutive decode-only steps of the full batch count
+    (a step that admits or finishes a request does more than the steady loop)."""
+    steady = [s["num_prefill_reqs"] == 0 and s["num_decode_reqs"] == batch for s in steps]
+    return [max(0.0, b["t"] - a["t"] - b["elapsed_s"])
+            for a, b, ok_a, ok_b in zip(steps, steps[1:], steady, steady[1:]) if ok_a and ok_b]
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """The fitted model and how well it explains the samples it was fitted on."""
+    """The step model (fitted execution + measured step gap) and how well the fitted execution
+    part explains the samples it was fitted on."""
 
     model: StepTimeModel
     num_samples: int
     median_abs_rel_error: float
     seconds: float
+    step_gap_s: float = 0.0
 
     def summary(self) -> dict[str, Any]:
         m = self.model
         return {"num_samples": self.num_samples, "median_abs_rel_error": self.median_abs_rel_error,
-                "overhead_s": m.overhead_s, "s_per_linear_flop": m.s_per_linear_flop,
+                "overhead_s": m.overhead_s, "execute_overhead_s": m.overhead_s - self.step_gap_s,
+                "step_gap_s": self.step_gap_s, "s_per_linear_flop": m.s_per_linear_flop,
                 "s_per_attention_flop": m.s_per_attention_flop, "s_per_kv_byte": m.s_per_kv_byte,
                 "achieved_linear_gflops": 1e-9 / m.s_per_linear_flop if m.s_per_linear_flop else None,
                 "seconds": self.seconds}
 
 
 def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict],
-                   seconds: float = 0.0) -> Calibration:
-    """Fit the step-time model to the probes' samples (pooled over workers of one hardware)."""
+                   seconds: float = 0.0, step_gaps_s: Sequence[float] = ()) -> Calibration:
+    """Fit the step-time model to the probes' samples (pooled over workers of one hardware), then
+    add the median measured step gap to its per-step overhead."""
     spec = ModelSpec.from_hf_config(hf_config, dtype=None)
     samples = [StepSample(d["prefill_tokens"], d["prefill_context"], tuple(d["decode_contexts"]),
                           d["duration_s"]) for d in sample_dicts]
@@ -119,4 +147,5 @@ def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict]
     errors = sorted(abs(model.predict(s.prefill_tokens, s.prefill_context, s.decode_contexts)
                         - s.duration_s) / s.duration_s for s in samples if s.duration_s > 0)
     med = errors[len(errors) // 2] if errors else float("nan")
-    return Calibration(model, len(samples), med, seconds)
+    gap = statistics.median(step_gaps_s) if step_gaps_s else 0.0
+    return Calibration(replace(model, overhead_s=model.overhead_s + gap), len(samples), med, seconds, gap)

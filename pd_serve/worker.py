@@ -217,8 +217,9 @@ class EngineWorker(ProbeHost):
         if self.engine is not None:
             await self.engine.abort(request_id)
 
-    async def calibrate(self, salt: int = 0) -> list[dict]:
-        """Run the calibration probes on this engine; StepSample dicts (see calibration.py)."""
+    async def calibrate(self, salt: int = 0) -> dict[str, list]:
+        """Run the calibration probes on this engine: StepSample dicts and step gaps (see
+        calibration.py)."""
         from pd_serve.calibration import run_calibration_probes
 
         async def run(rid: str, ids: list[int], max_tokens: int, first: asyncio.Event | None) -> None:
@@ -227,10 +228,10 @@ class EngineWorker(ProbeHost):
                 if first is not None:
                     first.set()
 
-        samples = await run_calibration_probes(run, self._stats.recent_steps, self.info.vocab_size,
-                                               self.info.max_model_len, salt)
+        result = await run_calibration_probes(run, self._stats.recent_steps, self.info.vocab_size,
+                                              self.info.max_model_len, salt)
         await self.engine.reset_prefix_cache()
-        return samples
+        return result
 
     # ---- observation -----------------------------------------------------------------------
     async def health(self) -> bool:

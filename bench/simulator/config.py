@@ -14,6 +14,7 @@ unknown key`). Schema (defaults in brackets):
              max_model_len: 32768, num_kv_blocks: null}   # null: sized from memory
     role_engine: {prefill: {max_num_batched_tokens: 8192}}   # per-role overrides of `engine`
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
+    request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}
@@ -41,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bench.metrics import SloSpec
 from bench.simulator.presets import (GPU_MEMORY_GIB, LINK_PRESETS, kv_blocks_from_memory,
                                      scaled_hardware)
-from bench.simulator.specs import ClusterSpec, EngineSpec, LinkSpec
+from bench.simulator.specs import ClusterSpec, EngineSpec, LinkSpec, RequestPathSpec
 from bench.workloads import WORKLOAD_NAMES, workload_params
 from schedulers.hardware import HARDWARE_SPECS
 from schedulers.model_spec import load_model_spec
@@ -103,6 +104,16 @@ class LinkConfig(_Strict):
             alpha_s = base.alpha_s if alpha_s is None else alpha_s
             bandwidth = base.bandwidth_bytes_per_s if bandwidth is None else bandwidth
         return LinkSpec(alpha_s, bandwidth, self.preset or "custom")
+
+
+class RequestPathConfig(_Strict):
+    """`bench.simulator.specs.RequestPathSpec` (see there); `pd_serve.request_path` measures it."""
+
+    colocated_s: float = Field(0.0, ge=0)
+    disaggregated_s: float = Field(0.0, ge=0)
+
+    def spec(self) -> RequestPathSpec:
+        return RequestPathSpec(self.colocated_s, self.disaggregated_s)
 
 
 class PolicyRunConfig(_Strict):
@@ -176,6 +187,7 @@ class SimConfig(_Strict):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     role_engine: dict[str, dict[str, Any]] = Field(default_factory=dict)
     link: LinkConfig = Field(default_factory=lambda: LinkConfig(preset="ib_ndr"))
+    request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
     policies: dict[str, PolicyRunConfig]
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     rates_per_s: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
@@ -277,7 +289,8 @@ def build_cluster(config: SimConfig, label: str, step_model: StepTimeModel | Non
     step_model = step_model or config.step_model(block_sizes.pop())
     roles = {role: n for role, n in run.workers.items() if n}
     return ClusterSpec.from_roles(step_model, roles, config.engine_spec("both", run.engine),
-                                  config.link.spec(), role_engines=engines, shared_link=config.link.shared)
+                                  config.link.spec(), role_engines=engines, shared_link=config.link.shared,
+                                  request_path=config.request_path.spec())
 
 
 def build_policy(config: SimConfig, label: str, cluster: ClusterSpec) -> Policy:

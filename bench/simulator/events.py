@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 ARRIVAL = "arrival"  # payload: the job
+DISPATCH = "dispatch"  # payload: (worker id, engine request) reaching its worker after the path
 STEP_DONE = "step_done"  # payload: worker id
 TRANSFER_BYTES = "transfer_bytes"  # payload: transfer whose latency (alpha) has passed
 LINK_CHECK = "link_check"  # payload: (link key, link version) of a predicted completion

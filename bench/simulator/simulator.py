@@ -10,6 +10,9 @@ A request's life here (the numbers of `pd_serve.router`):
     and the decode worker computes the last prompt token (the first output token) and decodes;
 3. the finished request becomes a `bench.metrics.RequestRecord`.
 
+The cluster's `request_path` (measured live: client, Ray and router) delays each hand-over to a
+worker: the first by its colocated seconds, a disaggregated request's second by the rest.
+
 All events at one instant are applied before any idle worker plans its next step, so requests
 arriving together can share a first step (the seeds' batches).
 """
@@ -132,6 +135,10 @@ class Simulator:
         """Apply one event; returns the workers that may have new work."""
         if kind == ev.ARRIVAL:
             return self._arrive(payload, now_s)
+        if kind == ev.DISPATCH:
+            worker_id, request = payload
+            self.workers[worker_id].add(request)
+            return {worker_id}
         if kind == ev.STEP_DONE:
             return self._step_done(payload, now_s)
         if kind == ev.TRANSFER_BYTES:
@@ -174,15 +181,14 @@ class Simulator:
         target = decision.prefill_worker if is_remote else decision.decode_worker
         request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
         self.router.sent(target, record.input_tokens)
-        self.workers[target].add(request)
-        return {target}
+        return self._dispatch(target, request, now_s, self.cluster.request_path.colocated_s)
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job
             if outcome == PREFILL_DONE:
-                dirty.add(self._hand_over(job, request, worker_id))
+                dirty |= self._hand_over(job, request, worker_id, now_s)
                 continue
             record = job.record
             record.token_times.append(now_s)
@@ -198,7 +204,15 @@ class Simulator:
                 assert outcome == TOKEN
         return dirty
 
-    def _hand_over(self, job: Job, held: EngineRequest, prefill_id: str) -> str:
+    def _dispatch(self, worker_id: str, request: EngineRequest, now_s: float, delay_s: float) -> set[str]:
+        """The request reaches `worker_id` after `delay_s` (at once when 0)."""
+        if delay_s > 0:
+            self.queue.push(now_s + delay_s, ev.DISPATCH, (worker_id, request))
+            return set()
+        self.workers[worker_id].add(request)
+        return {worker_id}
+
+    def _hand_over(self, job: Job, held: EngineRequest, prefill_id: str, now_s: float) -> set[str]:
         """Prefill done on P: the router sends the request to its decode worker."""
         self.router.prefilled(prefill_id, job.record.input_tokens)
         self.router.done(prefill_id)
@@ -206,8 +220,7 @@ class Simulator:
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
         self.router.sent(decode_id, 0)
-        self.workers[decode_id].add(loading)
-        return decode_id
+        return self._dispatch(decode_id, loading, now_s, self.cluster.request_path.handover_s)
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
         job.record.ok, job.record.error = False, error

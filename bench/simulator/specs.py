@@ -79,6 +79,30 @@ class LinkSpec:
 
 
 @dataclass(frozen=True)
+class RequestPathSpec:
+    """Seconds a request spends outside the engines (client, Ray, router), as
+    `pd_serve.request_path` measures them live: `colocated_s` per request served by one worker,
+    `disaggregated_s` per request that calls a prefill worker, then a decode worker.
+
+    The simulator delays the request's hand-over to its first worker by `colocated_s`, and a
+    disaggregated request's hand-over to its decode worker by the rest of `disaggregated_s`, so
+    both routes' times to first token carry their measured path. GPU configs leave both 0: their
+    path was never measured, and next to GPU-scale prefills it is small."""
+
+    colocated_s: float = 0.0
+    disaggregated_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.colocated_s < 0 or self.disaggregated_s < 0:
+            raise ValueError(f"request path seconds must be >= 0, got {self.colocated_s}, {self.disaggregated_s}")
+
+    @property
+    def handover_s(self) -> float:
+        """The disaggregated path's second call: what it has beyond a one-worker request's."""
+        return max(0.0, self.disaggregated_s - self.colocated_s)
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     worker_id: str
     role: str
@@ -94,13 +118,15 @@ class ClusterSpec:
     """Workers, the cost model every engine runs at, and the link between any two workers.
 
     `shared_link`: True puts every pair's transfers on one link (one switch uplink); False gives
-    each (prefill, decode) pair its own link of the same speed.
+    each (prefill, decode) pair its own link of the same speed. `request_path`: the time requests
+    spend outside the engines (none by default).
     """
 
     workers: tuple[WorkerSpec, ...]
     step_model: StepTimeModel
     link: LinkSpec
     shared_link: bool = False
+    request_path: RequestPathSpec = RequestPathSpec()
 
     def __post_init__(self) -> None:
         ids = [w.worker_id for w in self.workers]
@@ -122,9 +148,10 @@ class ClusterSpec:
     @classmethod
     def from_roles(cls, step_model: StepTimeModel, roles: dict[str, int], engine: EngineSpec,
                    link: LinkSpec, role_engines: dict[str, EngineSpec] | None = None,
-                   shared_link: bool = False) -> ClusterSpec:
+                   shared_link: bool = False,
+                   request_path: RequestPathSpec = RequestPathSpec()) -> ClusterSpec:
         """Workers named `<role>-<i>`, e.g. {"prefill": 1, "decode": 1} -> prefill-0, decode-0."""
         role_engines = role_engines or {}
         workers = tuple(WorkerSpec(f"{role}-{i}", role, role_engines.get(role, engine))
                         for role in sorted(roles) for i in range(roles[role]))
-        return cls(workers, step_model, link, shared_link)
+        return cls(workers, step_model, link, shared_link, request_path)

@@ -18,6 +18,7 @@ import ray
 
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
+from pd_serve.request_path import measure_request_path
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import OnlineLinkModel
 
@@ -175,6 +176,18 @@ def test_adaptive_predictions_track_actual_ttft_and_every_decision_is_logged(hyb
     for o in outcomes:
         mine = [ln for ln in lines if f"request {o.request_id}:" in ln]
         assert len(mine) == 1 and f"route=auto -> {o.route}" in mine[0] and "chose" in mine[0], mine
+
+
+def test_request_path_is_the_ttft_beyond_the_engines_steps_and_the_transfer(hybrid):
+    """What `bench.sim_fidelity` gives the simulator: the step gap the calibration measured and
+    the time outside the engines per route; a disaggregated request calls two workers."""
+    assert hybrid.calibration.step_gap_s > 0
+    path = measure_request_path(hybrid, num_requests=3)
+    for route in ("colocated", "disaggregated"):
+        for s in path.samples[route]:
+            assert 0 < s["engine_s"] < s["ttft_s"] and s["path_s"] > 0, (route, s)
+    assert all(s["transfer_s"] > 0 for s in path.samples["disaggregated"])
+    assert path.disaggregated_s > path.colocated_s, path.samples
 
 
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):

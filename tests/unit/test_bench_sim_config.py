@@ -51,11 +51,21 @@ def test_every_shipped_config_loads_and_builds(path):
     (with_(model="llama-3-70b", hardware="h100"), "raise tensor_parallel_size"),
     (with_(engine={"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}),
      "when enable_chunked_prefill is false"),
+    (with_(request_path={"colocated_s": -0.01}), "request_path.colocated_s"),
+    (with_(request_path={"router_s": 0.01}), "request_path.router_s: unknown key"),
     ([1, 2], "top level must be a mapping"),
 ])
 def test_bad_configs_name_the_key(data, message):
     with pytest.raises(SimConfigError, match=message):
         sim_config_from_dict(data)
+
+
+def test_the_request_path_reaches_the_cluster():
+    config = sim_config_from_dict(with_(request_path={"colocated_s": 0.012, "disaggregated_s": 0.03}))
+    path = build_cluster(config, "colocated").request_path
+    assert (path.colocated_s, path.disaggregated_s) == (0.012, 0.03)
+    assert path.handover_s == pytest.approx(0.018)
+    assert build_cluster(sim_config_from_dict(MINIMAL), "colocated").request_path.colocated_s == 0.0
 
 
 def test_the_adaptive_policy_gets_the_simulated_cost_model_and_slos():

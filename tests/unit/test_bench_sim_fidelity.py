@@ -136,6 +136,15 @@ def test_rates_workload_is_bench_compares():
     assert not sf.same_requests(wl, records[1:])
 
 
+def test_every_rates_system_calibrates_and_the_baselines_keep_their_fixed_policies(monkeypatch):
+    from bench.compare import RATES_BASELINES, rates_systems
+    monkeypatch.chdir(ROOT)
+    systems = rates_systems()
+    assert all(cfg["scheduler"]["calibrate"] for cfg in systems.values())
+    assert {label: systems[label]["scheduler"]["policy"] for label in RATES_BASELINES} == {
+        "colocated": "colocated", "disaggregated": "disaggregated"}
+
+
 def test_live_run_shape_reads_requests_and_output_length():
     assert sf.live_run_shape({"num_requests": 60, "throughput_rps": 0.5, "output_tokens_per_s": 16.0}) == (60, 32)
     assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, DEFAULT_OUTPUT_TOKENS)
@@ -181,3 +190,22 @@ def test_run_fidelity_on_a_small_fake_live_summary(cal, model_dir):
     for name, _ in sf.METRICS:
         m = row["metrics"][name]
         assert m["sim"] > 0 and m["rel_error"] == pytest.approx(abs(m["sim"] - m["live"]) / m["live"])
+
+
+def test_each_system_runs_on_its_own_deployments_measurements_when_the_live_run_kept_them(cal, model_dir):
+    """bench.compare measures every deployment before its run; those win over `cal`, and the
+    measured request path reaches the simulated cluster (TTFT grows by it)."""
+    live_summary = summarize([], None)
+    live_summary.update(num_requests=6, throughput_rps=1.0, output_tokens_per_s=4.0,
+                        ttft_s={"mean": 0.1, "p50": 0.1, "p90": 0.2, "p99": 0.3},
+                        tpot_s={"mean": 0.01, "p50": 0.01, "p90": 0.01, "p99": 0.01})
+    own = {**cal, "request_path": {"colocated_s": 0.5, "disaggregated_s": 1.0}}
+    base = {"experiment": "rates", "rates": [2.0], "summaries": {"colocated": {"rate=2": live_summary}}}
+    systems = {"colocated": str(ROOT / "configs/colocated.yaml")}
+    plain = sf.run_fidelity(base, cal, model_dir, systems=systems, progress=False)[0]
+    mine = sf.run_fidelity({**base, "measured": {"colocated": own}}, None, model_dir, systems=systems,
+                           progress=False)[0]
+    assert mine["calibration_measured_with_live_run"] and not plain["calibration_measured_with_live_run"]
+    assert mine["metrics"]["p50_ttft_s"]["sim"] == pytest.approx(plain["metrics"]["p50_ttft_s"]["sim"] + 0.5)
+    with pytest.raises(ValueError, match="no measurements of its deployment"):
+        sf.run_fidelity(base, None, model_dir, systems=systems, progress=False)

@@ -253,3 +253,39 @@ def test_thousands_of_requests_simulate_in_seconds():
                       ColocatedPolicy())
     assert time.process_time() - started < 20  # ~2 s here
     assert len(result.records) == 2000
+
+
+# ---- the request path outside the engines ---------------------------------------------------
+
+def with_path(spec: ClusterSpec, colocated_s: float, disaggregated_s: float) -> ClusterSpec:
+    from dataclasses import replace
+
+    from bench.simulator.specs import RequestPathSpec
+    return replace(spec, request_path=RequestPathSpec(colocated_s, disaggregated_s))
+
+
+@pytest.mark.parametrize("roles,policy,path_of_route", [
+    ({"both": 1}, ColocatedPolicy(), 0.013),
+    ({"prefill": 1, "decode": 1}, DisaggregatedPolicy(), 0.031),
+])
+def test_a_lone_requests_ttft_grows_by_its_routes_measured_path_and_its_tpot_does_not(
+        roles, policy, path_of_route):
+    base = simulate(one_request(1500, output_tokens=8), cluster(roles), policy).records[0]
+    with_paths = simulate(one_request(1500, output_tokens=8), with_path(cluster(roles), 0.013, 0.031),
+                          policy).records[0]
+    assert with_paths.ttft_s == pytest.approx(base.ttft_s + path_of_route, rel=1e-9)
+    assert with_paths.tpot_s == pytest.approx(base.tpot_s, rel=1e-9)
+
+
+def test_a_disaggregated_path_shorter_than_a_colocated_one_adds_no_second_delay():
+    from bench.simulator.specs import RequestPathSpec
+    assert RequestPathSpec(0.02, 0.01).handover_s == 0.0
+    with pytest.raises(ValueError, match=">= 0"):
+        RequestPathSpec(-0.001, 0.0)
+
+
+def test_requests_arriving_together_still_share_their_first_step_behind_a_path():
+    batch = uniform_batch(4, 512, output_tokens=2)
+    plain = simulate(batch, cluster({"both": 1}), ColocatedPolicy())
+    delayed = simulate(batch, with_path(cluster({"both": 1}), 0.01, 0.0), ColocatedPolicy())
+    assert ttfts(delayed) == pytest.approx([t + 0.01 for t in ttfts(plain)], rel=1e-9)
