@@ -5,7 +5,9 @@ seen the transfers so far.
 `python -m bench.transfer_prediction [--config configs/hybrid.yaml] [--runs 5] [--json PATH]`
 Sizes are interleaved (1,500, 4,000, 1,500, ...) on fresh prompts so both see the same machine;
 the table gives per size the median actual transfer, each model's median prediction and the
-median absolute relative error (the issue's target: 30% for the start-up model).
+median absolute relative error (the issue's target: 30% for the start-up model). It also
+reports, from the decode worker's NIXL telemetry, how much of each transfer was spent posting
+it: on CPU the whole of it (the READ completes inside the post).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from pd_serve.prompts import random_prompt
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
               f"beta {probe_fit.beta_bytes_per_s / 1e9:.2f} GB/s; engine overhead "
               f"{(overhead or 0) * 1e3:.2f} ms", flush=True)
         records = []
+        t_first = time.time()
         for k in range(args.runs):
             for n in sizes:
                 links_now = ray.get(dep.router.link_models.remote())
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "online_s": online.predict(b)})
                 print(f"  {n:>6} tokens {b / 2**20:6.1f} MiB: actual {r.kv_transfer_s * 1e3:6.2f} ms, "
                       + ", ".join(f"{m} {records[-1][m + '_s'] * 1e3:6.2f}" for m in MODELS), flush=True)
+        telemetry = ray.get(dep.workers[pair[1]].transfers.remote(t_first))
 
     rows, summary = [], {}
     for n in sizes:
@@ -80,11 +85,17 @@ def main(argv: list[str] | None = None) -> int:
                     + [f"{statistics.median(r[m + '_s'] for r in rs) * 1e3:.2f} ({errors[m]:.0%})"
                        for m in MODELS])
     print(format_table(["tokens", "MiB", "actual ms"] + [f"{m} ms (error)" for m in MODELS], rows))
+    inline = [t for t in telemetry if t.get("post_s") is not None and t["post_s"] >= 0.99 * t["duration_s"]]
+    posted = [t for t in telemetry if t.get("post_s") is not None]
+    if posted:
+        print(f"NIXL telemetry: {len(inline)} of {len(posted)} transfers completed inside their post call "
+              f"(post time >= 99% of the transfer time); descriptors per transfer: "
+              f"{sorted({t['num_descriptors'] for t in posted})}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"pair": pair, "probe_fit": probe_fit.to_dict(),
                                "engine_overhead_s": overhead, "summary": summary,
-                               "records": records}, indent=2))
+                               "records": records, "telemetry": telemetry}, indent=2))
     print(f"wrote {out}")
     return 0
 

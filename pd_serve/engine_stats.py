@@ -121,6 +121,11 @@ class EngineStatsCollector:
         with self.lock:
             return [vars(s).copy() for s in self.steps if s.t >= since_t]
 
+    def recent_transfers(self, since_t: float = 0.0) -> list[dict[str, Any]]:
+        """Completed transfers recorded at or after `since_t`, claimed or not."""
+        with self.lock:
+            return [vars(r).copy() for r in self.transfers if r.t >= since_t]
+
 
 def stat_logger_factory(collector: EngineStatsCollector):
     """A vLLM StatLoggerFactory feeding `collector` (vLLM calls it with config and engine index)."""

@@ -252,6 +252,10 @@ class EngineWorker(ProbeHost):
         """Per-step timings from the engine (token counts and elapsed seconds)."""
         return self._stats.recent_steps(since_t) if self._stats else []
 
+    async def transfers(self, since_t: float = 0.0) -> list[dict]:
+        """KV transfers this engine loaded, as NIXL's telemetry measured them (engine_stats.py)."""
+        return self._stats.recent_transfers(since_t) if self._stats else []
+
     async def reset_prefix_cache(self) -> bool:
         return await self.engine.reset_prefix_cache()
 

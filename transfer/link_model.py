@@ -155,9 +155,12 @@ def fit_link(samples: list[tuple[int, float]], weighting: str = "relative") -> L
 def engine_overhead_s(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> float:
     """What the engine's own load path adds to each transfer, beyond the link the probe timed.
 
-    A probe READ is timed from post to completion; vLLM's transfer time runs from post until
-    the engine next checks its transfers, at the end of the step that posted it, so every real
-    transfer carries a near-constant extra (milliseconds on a CPU engine, whose steps are).
+    Real vLLM transfers take longer than the probe's line says: 2-4 ms more on this CPU host.
+    On CPU the READ completes inside NIXL's post call. vLLM's telemetry gives a post time equal
+    to the whole transfer time in 40 of 40 transfers (`bench.transfer_prediction`'s records).
+    So the extra is the copy itself, run in the decode engine's process (vLLM coalesces a fresh
+    request's blocks into one descriptor per layer), going slower than the probe's copy. It is
+    not a wait for the engine's next check. Why the engine's copy is slower is not known yet.
     The median over a few real transfers of `measured - fit.predict(bytes)`, never negative.
     """
     excess = [t - fit.predict(b) for b, t in real_transfers]

@@ -42,3 +42,5 @@ def test_posting_time_and_descriptor_count_are_kept_when_nixl_reports_them():
     with_post, without = c.claim_transfers(0.0, 2)
     assert (with_post.post_s, with_post.num_descriptors) == (0.002, 500)
     assert (without.post_s, without.num_descriptors) == (None, None)
+    assert [r["num_bytes"] for r in c.recent_transfers(0.0)] == [4096, 100]  # claimed ones too
+    assert c.recent_transfers(with_post.t + 3600) == []
