@@ -158,9 +158,10 @@ def engine_overhead_s(fit: LinkFit, real_transfers: Iterable[tuple[int, float]])
     Real vLLM transfers take longer than the probe's line says: 2-4 ms more on this CPU host.
     On CPU the READ completes inside NIXL's post call. vLLM's telemetry gives a post time equal
     to the whole transfer time in 40 of 40 transfers (`bench.transfer_prediction`'s records).
-    So the extra is the copy itself, run in the decode engine's process (vLLM coalesces a fresh
-    request's blocks into one descriptor per layer), going slower than the probe's copy. It is
-    not a wait for the engine's next check. Why the engine's copy is slower is not known yet.
+    So the extra is spent inside the engine's post (vLLM coalesces a fresh request's blocks
+    into one descriptor per layer), not waiting for the engine's next check. It is about the
+    same at 6 and 16 MiB, a cost per transfer rather than a slower copy: hence an additive
+    overhead. Where inside the post it goes is not known yet.
     The median over a few real transfers of `measured - fit.predict(bytes)`, never negative.
     """
     excess = [t - fit.predict(b) for b, t in real_transfers]
