@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import statistics
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Awaitable, Callable, Sequence
 
