@@ -110,23 +110,9 @@ def rates_systems() -> dict[str, dict]:
     return systems
 
 
-def measure_for_simulator(dep: Any) -> dict[str, Any]:
-    """What the simulator needs of a live deployment, measured on it while it is idle: the step
-    model (with the step gap), the start-up link models and the request path."""
-    from bench.sim_fidelity import calibration_from_deployment
-    from pd_serve.request_path import measure_request_path
-
-    path = measure_request_path(dep)
-    print(f"    request path: colocated {_fmt_ms(path.colocated_s)}, disaggregated "
-          f"{_fmt_ms(path.disaggregated_s)} (step gap {_fmt_ms(path.step_gap_s)})", file=sys.stderr, flush=True)
-    return calibration_from_deployment(dep, path.to_dict())
-
-
-def _fmt_ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.1f} ms"
-
-
 def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
+    from bench.sim_fidelity import measure_deployment  # it imports this module's rates experiment
+
     rates = [float(r) for r in args.rates.split(",")]
     systems = rates_systems()
     workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
@@ -136,7 +122,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     sweep: dict[str, list] = {}
     for label, cfg in systems.items():
         records = run_config(cfg, workloads, slo,
-                             on_ready=lambda dep, label=label: measured.__setitem__(label, measure_for_simulator(dep)))
+                             on_ready=lambda dep, label=label: measured.__setitem__(label, measure_deployment(dep)))
         results[label] = {wl: summarize(recs, slo) for wl, recs in records.items()}
         sweep[label] = [(r, results[label][f"rate={r:g}"]) for r in rates]
         for wl, recs in records.items():

@@ -105,14 +105,19 @@ def calibrate_live(config_path: str = CALIBRATION_CONFIG) -> dict[str, Any]:
     print(f"calibrating: deploying {config_path} (calibration + link probe) ...", file=sys.stderr, flush=True)
     dep = deploy(cfg)
     try:
-        print(f"  ready in {dep.start_s:.0f}s; measuring the request path ...", file=sys.stderr, flush=True)
-        path = measure_request_path(dep)
-        print(f"  request path: colocated {path.colocated_s * 1e3:.1f} ms, disaggregated "
-              f"{path.disaggregated_s * 1e3:.1f} ms (step gap {path.step_gap_s * 1e3:.2f} ms)",
-              file=sys.stderr, flush=True)
-        return calibration_from_deployment(dep, path.to_dict())
+        print(f"  ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
+        return measure_deployment(dep)
     finally:
         dep.shutdown()
+
+
+def measure_deployment(dep: Any) -> dict[str, Any]:
+    """What the simulator needs of a live deployment, measured on it while it is idle: the step
+    model (with the step gap), the start-up link models and the request path."""
+    path = measure_request_path(dep)
+    print(f"    request path: colocated {_ms(path.colocated_s)} ms, disaggregated "
+          f"{_ms(path.disaggregated_s)} ms (step gap {_ms(path.step_gap_s)} ms)", file=sys.stderr, flush=True)
+    return calibration_from_deployment(dep, path.to_dict())
 
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:

@@ -145,7 +145,7 @@ def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict]
                           d["duration_s"]) for d in sample_dicts]
     model = StepTimeModel.fit(spec, kv, samples)
     errors = sorted(abs(model.predict(s.prefill_tokens, s.prefill_context, s.decode_contexts)
-                        - s.duration_s) / s.duration_s for s in samples if s.duration_s > 0)
+                        - s.duration_s) / s.duration_s for s in samples)  # fit() refused any <= 0
     med = errors[len(errors) // 2] if errors else float("nan")
     gap = statistics.median(step_gaps_s) if step_gaps_s else 0.0
     return Calibration(replace(model, overhead_s=model.overhead_s + gap), len(samples), med, seconds, gap)

@@ -137,8 +137,7 @@ class Simulator:
             return self._arrive(payload, now_s)
         if kind == ev.DISPATCH:
             worker_id, request = payload
-            self.workers[worker_id].add(request)
-            return {worker_id}
+            return self._dispatch(worker_id, request, now_s, 0.0)
         if kind == ev.STEP_DONE:
             return self._step_done(payload, now_s)
         if kind == ev.TRANSFER_BYTES:
