@@ -29,7 +29,7 @@ NUM_REQUESTS = 8
 @dataclass
 class RequestPath:
     """Median path seconds per route (None: the deployment cannot serve that route), and every
-    request's decomposition (ms)."""
+    request's decomposition (seconds)."""
 
     colocated_s: float | None
     disaggregated_s: float | None

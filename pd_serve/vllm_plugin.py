@@ -14,7 +14,7 @@ NIXL's place on the CPU.
    the last core of each NUMA node for KV transfer by calling `sched_setaffinity(0, ...)` from
    the engine's main thread, which is the thread that runs the model: every engine on a node
    ends up computing on that one core (seen here: both engines of a 2-core deployment on core 1,
-   core 0 idle; real KV transfers slowed 2-5x and drifting as the two engines collided). When
+   core 0 idle; real KV transfers slowed 2-5x as the two engines collided). When
    pd-serve pins an engine (`VLLM_CPU_OMP_THREADS_BIND`), the reserved cores are that engine's
    own, so the call keeps the thread where the binding put it. `PD_SERVE_KEEP_ENGINE_CORES=0`
    leaves vLLM's behaviour (for side-by-side measurements).

@@ -156,8 +156,8 @@ def engine_overhead_s(fit: LinkFit, real_transfers: Iterable[tuple[int, float]])
     """What the engine's own load path adds to each transfer, beyond the link the probe timed.
 
     Real vLLM transfers take longer than the probe's line says: 2-4 ms more on this CPU host.
-    On CPU the READ completes inside NIXL's post call. vLLM's telemetry gives a post time equal
-    to the whole transfer time in 40 of 40 transfers (`bench.transfer_prediction`'s records).
+    On CPU the READ completes inside NIXL's post call: vLLM's telemetry gives a post time equal
+    to the whole transfer time for every transfer (`bench.transfer_prediction` reports it).
     So the extra is spent inside the engine's post (vLLM coalesces a fresh request's blocks
     into one descriptor per layer), not waiting for the engine's next check. It is about the
     same at 6 and 16 MiB, a cost per transfer rather than a slower copy: hence an additive
