@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.compare import load_yaml, rates_workload
+from bench.host_cpu import cpu_seconds
 from bench.metrics import write_json
 from bench.run import run_workload
 from pd_serve.report import format_table
@@ -44,19 +45,6 @@ def process_ids(dep: Any) -> dict[str, int]:
             if name in line.split(" ")[0]:
                 pids.setdefault(name, proc.pid)
     return pids
-
-
-def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
-    import psutil
-
-    out = {}
-    for name, pid in pids.items():
-        try:
-            t = psutil.Process(pid).cpu_times()
-            out[name] = t.user + t.system
-        except psutil.Error:  # a process that ended: counted as nothing more
-            out[name] = 0.0
-    return out
 
 
 def decode_steps(steps: list[dict]) -> dict[int, list[float]]:
@@ -92,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             wall, after = time.time() - t0, cpu_seconds(pids)
             tokens = sum(len(r.token_times) for r in records)
             used = {n: after[n] - before[n] for n in pids}
-            print(f"\nrate {rate:g} req/s: {wall:.1f} s, {tokens} tokens streamed")
+            tpots = [r.tpot_s for r in records if r.tpot_s is not None]
+            ttfts = [r.ttft_s for r in records if r.ttft_s is not None]
+            print(f"\nrate {rate:g} req/s: {wall:.1f} s, {tokens} tokens streamed; mean TPOT "
+                  f"{statistics.fmean(tpots) * 1e3:.1f} ms, p50 TTFT {statistics.median(ttfts) * 1e3:.1f} ms")
             print(format_table(["process", "CPU s", "share of a core", "CPU ms per token"],
                                [[n, f"{s:.1f}", f"{s / wall:.0%}", f"{s / tokens * 1e3:.2f}"]
                                 for n, s in used.items()]))
@@ -107,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(["worker", "decode batch", "steps", "median ms under load",
                                 f"calibrated ms (context {CONTEXT_GUESS})", "ratio"], rows))
             out["rates"][f"{rate:g}"] = {"wall_s": wall, "tokens": tokens, "cpu_s": used,
+                                         "mean_tpot_s": statistics.fmean(tpots),
+                                         "p50_ttft_s": statistics.median(ttfts),
                                          "decode_steps": rows}
     write_json(Path(args.json), out)
     print(f"\nwrote {args.json}")

@@ -8,7 +8,9 @@
    (`bench.compare` keeps it in the summary's `measured`): the CPU step-time model (the four
    coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
    loop's measured step gap), the P->D link (alpha, beta) and the request path
-   (`pd_serve.request_path`: the time outside the engines, per route). For a summary without
+   (`pd_serve.request_path`: the time outside the engines, per route), and the path's CPU on the
+   host (`bench.host_cpu`: cores, idle background, CPU per request and per streamed token, which
+   the simulator's host model turns into slower steps; `--no-host` leaves it out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
@@ -41,6 +43,7 @@ from bench.simulator.simulator import SimResult, simulate
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
+from bench.host_cpu import measure_path_cpu
 from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import StepTimeModel
@@ -53,6 +56,7 @@ METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p
                                                     ("mean_tpot_s", ("tpot_s", "mean")))
 CALIBRATION_CONFIG = "configs/hybrid.yaml"
 COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
+HOST_KEYS = ("num_cores", "background_cores", "cpu_s_per_request", "cpu_s_per_token", "engine_loop_cores")
 GIB = 1 << 30
 
 
@@ -68,9 +72,11 @@ def calibration_record(coefficients: Mapping[str, Any], spec: ModelSpec, kv: KVG
             **extra}
 
 
-def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None = None,
+                                host: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a started `pd_serve.Deployment` measured: its calibration and its links (and the
-    request path, `pd_serve.request_path.RequestPath.to_dict()`, when measured)."""
+    request path, `pd_serve.request_path.RequestPath.to_dict()`, and the path's CPU,
+    `bench.host_cpu.PathCpu.to_dict()`, when measured)."""
     if dep.calibration is None:
         raise ValueError("the deployment was not calibrated (scheduler.calibrate is off)")
     model = dep.calibration.model
@@ -90,6 +96,7 @@ def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None
     return calibration_record({k: getattr(model, k) for k in COEFFICIENTS}, model.spec, model.kv, link,
                               calibration=dep.calibration.summary(), probe_fit=probe_fit,
                               router_links=router_links, request_path=dict(request_path or {}),
+                              host=dict(host or {}),
                               hf_config=json.loads(json.dumps(info.hf_config, default=str)),
                               block_size=info.block_size, kv_dtype=info.kv_dtype,
                               config=dep.config.name, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -113,11 +120,16 @@ def calibrate_live(config_path: str = CALIBRATION_CONFIG) -> dict[str, Any]:
 
 def measure_deployment(dep: Any) -> dict[str, Any]:
     """What the simulator needs of a live deployment, measured on it while it is idle: the step
-    model (with the step gap), the start-up link models and the request path."""
+    model (with the step gap), the start-up link models, the request path and its CPU."""
     path = measure_request_path(dep)
     print(f"    request path: colocated {_ms(path.colocated_s)} ms, disaggregated "
           f"{_ms(path.disaggregated_s)} ms (step gap {_ms(path.step_gap_s)} ms)", file=sys.stderr, flush=True)
-    return calibration_from_deployment(dep, path.to_dict())
+    host = measure_path_cpu(dep)
+    print(f"    path CPU: {host.background_cores:.3f} cores idle, {host.cpu_s_per_request * 1e3:.1f} ms per "
+          f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; engine loop {host.engine_loop_cores:.2f} "
+          f"cores per busy engine; on {host.num_cores} cores",
+          file=sys.stderr, flush=True)
+    return calibration_from_deployment(dep, path.to_dict(), host.to_dict())
 
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:
@@ -141,8 +153,10 @@ def cpu_kv_blocks(kv_cache_gib: float, kv: KVGeometry) -> int:
     return int(max(1, round(kv_cache_gib)) * GIB // kv.bytes_per_block)
 
 
-def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str) -> SimConfig:
-    """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict.
+def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
+                   host_model: bool = True) -> SimConfig:
+    """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
+    with the calibration's host (when measured and `host_model`).
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -164,12 +178,14 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              "max_model_len": e.max_model_len, "num_kv_blocks": cpu_kv_blocks(e.kv_cache_gib, kv)}
     link = cal["link"]
     path = cal.get("request_path") or {}
+    host = (cal.get("host") or {}) if host_model else {}
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
         "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
         "engine": next(iter(role_engine.values())), "role_engine": role_engine,
         "link": {"alpha_s": link["alpha_s"], "bandwidth_bytes_per_s": link["beta_bytes_per_s"]},
         "request_path": {k: float(path.get(k) or 0.0) for k in ("colocated_s", "disaggregated_s")},
+        "host": {k: host[k] for k in HOST_KEYS if k in host},
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params)}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
@@ -266,9 +282,11 @@ def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] 
 
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
-                 tolerance: float = TOLERANCE, progress: bool = True) -> list[dict[str, Any]]:
+                 tolerance: float = TOLERANCE, progress: bool = True,
+                 host_model: bool = True) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
-    Each system runs on its own deployment's measurements when the summary has them, else `cal`."""
+    Each system runs on its own deployment's measurements when the summary has them, else `cal`;
+    `host_model`: with the measured host (where there is one)."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -279,7 +297,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
         step_model = step_model_from_calibration(system_cal)
-        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model)
+        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model, host_model)
         t0 = time.perf_counter()
         for rate in live["rates"]:
             key = f"rate={rate:g}"
@@ -312,16 +330,22 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
 
 
 def _calibration_line(cal: Mapping[str, Any]) -> str:
-    link, path = cal["link"], cal.get("request_path") or {}
+    link, path, host = cal["link"], cal.get("request_path") or {}, cal.get("host") or {}
     gflops = 1e-9 / cal["s_per_linear_flop"] if cal["s_per_linear_flop"] else float("inf")
     line = (f"step overhead {cal['overhead_s'] * 1e3:.2f} ms (step gap "
             f"{_ms((cal.get('calibration') or {}).get('step_gap_s'))} ms), {gflops:.1f} linear GFLOP/s, "
             f"s_per_attention_flop {cal['s_per_attention_flop']:.3g}, s_per_kv_byte {cal['s_per_kv_byte']:.3g}; "
             f"link alpha {link['alpha_s'] * 1e3:.2f} ms, beta {link['beta_bytes_per_s'] / 1e9:.2f} GB/s; ")
     if not path.get("colocated_s") and not path.get("disaggregated_s"):
-        return line + "no request path measured (the simulator adds none)"
-    return (line + "request path colocated " + _ms(path.get("colocated_s")) + " ms, disaggregated "
-            + _ms(path.get("disaggregated_s")) + " ms")
+        line += "no request path measured (the simulator adds none)"
+    else:
+        line += (f"request path colocated {_ms(path.get('colocated_s'))} ms, disaggregated "
+                 f"{_ms(path.get('disaggregated_s'))} ms")
+    if not host.get("num_cores"):
+        return line + "; no host measured (private cores)"
+    return (line + f"; path CPU {host['background_cores']:.3f} cores idle + "
+            f"{host['cpu_s_per_request'] * 1e3:.1f} ms/request + {host['cpu_s_per_token'] * 1e3:.2f} ms/token, "
+            f"engine loop {host.get('engine_loop_cores', 0.0):.2f} cores, on {host['num_cores']} cores")
 
 
 def _default_model_dir() -> str:
@@ -338,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="where a measured calibration is saved")
     ap.add_argument("--out", default="results/sim_fidelity.json")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE)
+    ap.add_argument("--no-host", action="store_true",
+                    help="simulate with private cores (no host model), for comparison")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
@@ -356,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.calibration_out, cal)
         print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
 
-    rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance)
+    rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance,
+                        host_model=not args.no_host)
     table = fidelity_table(rows, args.tolerance)
     checks = [m["ok"] for r in rows for m in r["metrics"].values()]
     print(f"\nSimulator vs live CPU runs ({live_path}); error = |sim - live| / live, "
@@ -364,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
     write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
+                          "host_model": not args.no_host,
                           "measured_with_live_runs": sorted(measured),
                           "num_within_tolerance": sum(checks), "num_checks": len(checks),
                           "all_within_tolerance": all(checks), "rows": rows, "table": table})

@@ -15,6 +15,8 @@ unknown key`). Schema (defaults in brackets):
     role_engine: {prefill: {max_num_batched_tokens: 8192}}   # per-role overrides of `engine`
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
+    host: {num_cores: 0, background_cores: 0, cpu_s_per_request: 0, cpu_s_per_token: 0,
+           engine_loop_cores: 0, window_s: 0.5, max_share: 0.5}   # CPU hosts only, measured live
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}
@@ -42,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bench.metrics import SloSpec
 from bench.simulator.presets import (GPU_MEMORY_GIB, LINK_PRESETS, kv_blocks_from_memory,
                                      scaled_hardware)
+from bench.simulator.host import HostSpec
 from bench.simulator.specs import ClusterSpec, EngineSpec, LinkSpec, RequestPathSpec
 from bench.workloads import WORKLOAD_NAMES, workload_params
 from schedulers.hardware import HARDWARE_SPECS
@@ -116,6 +119,22 @@ class RequestPathConfig(_Strict):
         return RequestPathSpec(self.colocated_s, self.disaggregated_s)
 
 
+class HostConfig(_Strict):
+    """`bench.simulator.host.HostSpec` (see there); `bench.host_cpu` measures it. No cores: no
+    host model."""
+
+    num_cores: int = Field(0, ge=0)
+    background_cores: float = Field(0.0, ge=0)
+    cpu_s_per_request: float = Field(0.0, ge=0)
+    cpu_s_per_token: float = Field(0.0, ge=0)
+    engine_loop_cores: float = Field(0.0, ge=0)
+    window_s: float = Field(0.5, gt=0)
+    max_share: float = Field(0.5, ge=0, lt=1)
+
+    def spec(self) -> HostSpec:
+        return HostSpec(**self.model_dump())
+
+
 class PolicyRunConfig(_Strict):
     """One compared configuration: a registry policy (default: the entry's key) on its workers."""
 
@@ -188,6 +207,7 @@ class SimConfig(_Strict):
     role_engine: dict[str, dict[str, Any]] = Field(default_factory=dict)
     link: LinkConfig = Field(default_factory=lambda: LinkConfig(preset="ib_ndr"))
     request_path: RequestPathConfig = Field(default_factory=RequestPathConfig)
+    host: HostConfig = Field(default_factory=HostConfig)
     policies: dict[str, PolicyRunConfig]
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     rates_per_s: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
@@ -290,7 +310,7 @@ def build_cluster(config: SimConfig, label: str, step_model: StepTimeModel | Non
     roles = {role: n for role, n in run.workers.items() if n}
     return ClusterSpec.from_roles(step_model, roles, config.engine_spec("both", run.engine),
                                   config.link.spec(), role_engines=engines, shared_link=config.link.shared,
-                                  request_path=config.request_path.spec())
+                                  request_path=config.request_path.spec(), host=config.host.spec())
 
 
 def build_policy(config: SimConfig, label: str, cluster: ClusterSpec) -> Policy:

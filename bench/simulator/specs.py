@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bench.simulator.host import HostSpec
 from schedulers.candidates import DECODE_ROLES
 from schedulers.step_time import StepTimeModel
 from schedulers.types import ROLES, LinkEstimate
@@ -119,7 +120,8 @@ class ClusterSpec:
 
     `shared_link`: True puts every pair's transfers on one link (one switch uplink); False gives
     each (prefill, decode) pair its own link of the same speed. `request_path`: the time requests
-    spend outside the engines (none by default).
+    spend outside the engines (none by default). `host`: the CPU host the engines share with the
+    request path (`bench.simulator.host`; none by default: GPU engines compute elsewhere).
     """
 
     workers: tuple[WorkerSpec, ...]
@@ -127,6 +129,7 @@ class ClusterSpec:
     link: LinkSpec
     shared_link: bool = False
     request_path: RequestPathSpec = RequestPathSpec()
+    host: HostSpec = HostSpec()
 
     def __post_init__(self) -> None:
         ids = [w.worker_id for w in self.workers]
@@ -149,9 +152,10 @@ class ClusterSpec:
     def from_roles(cls, step_model: StepTimeModel, roles: dict[str, int], engine: EngineSpec,
                    link: LinkSpec, role_engines: dict[str, EngineSpec] | None = None,
                    shared_link: bool = False,
-                   request_path: RequestPathSpec = RequestPathSpec()) -> ClusterSpec:
+                   request_path: RequestPathSpec = RequestPathSpec(),
+                   host: HostSpec = HostSpec()) -> ClusterSpec:
         """Workers named `<role>-<i>`, e.g. {"prefill": 1, "decode": 1} -> prefill-0, decode-0."""
         role_engines = role_engines or {}
         workers = tuple(WorkerSpec(f"{role}-{i}", role, role_engines.get(role, engine))
                         for role in sorted(roles) for i in range(roles[role]))
-        return cls(workers, step_model, link, shared_link, request_path)
+        return cls(workers, step_model, link, shared_link, request_path, host)

@@ -16,6 +16,7 @@ import psutil
 import pytest
 import ray
 
+from bench.host_cpu import measure_path_cpu
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
@@ -188,6 +189,17 @@ def test_request_path_is_the_ttft_beyond_the_engines_steps_and_the_transfer(hybr
             assert 0 < s["engine_s"] < s["ttft_s"] and s["path_s"] > 0, (route, s)
     assert all(s["transfer_s"] > 0 for s in path.samples["disaggregated"])
     assert path.disaggregated_s > path.colocated_s, path.samples
+
+
+def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
+    """What the simulator's host model gets (bench.host_cpu): measured, so it can be any size,
+    but streaming tokens costs the client, router and front-ends CPU."""
+    host = measure_path_cpu(hybrid)
+    assert host.num_cores == len(os.sched_getaffinity(0))
+    assert host.cpu_s_per_token > 0 and host.cpu_s_per_request >= 0 and host.background_cores >= 0, host
+    if host.num_cores > 1:  # vLLM's EngineCore: not pinned like the model's worker, it schedules each step
+        assert host.engine_loop_cores > 0, host
+    assert [s["window"] for s in host.samples] == ["idle", "4 tokens", "64 tokens"]
 
 
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):
