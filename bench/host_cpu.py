@@ -1,19 +1,14 @@
-"""The CPU a CPU deployment uses off its engines' model cores, measured on the idle live
-deployment before a run: what the simulator's host model (`bench.simulator.host`) needs.
+"""The request path's CPU on a CPU host, measured on an idle live deployment before a run: what
+the simulator's host model (`bench.simulator.host`) needs.
 
-Two parts, told apart by the processes' CPU affinity:
-- the request path: this process (the client), the router, the workers' actors (vLLM's
-  front-ends) and Ray's own processes, which a local cluster starts under this process;
-- each engine's loop: its processes that are not pinned to one core (vLLM's EngineCore; the
-  model's worker process is pinned to the engine's core and is the engine's own compute).
-
-Three windows, read from the processes' CPU times:
-1. idle for `IDLE_S`: the path's background (Ray's and the router's polling), in cores;
+The path is every process of the deployment but the engines: this process (the client), the
+router, the workers' actors (vLLM's front-ends) and Ray's own processes, which a local cluster
+starts under this process. Three windows, read from the processes' CPU times:
+1. idle for `IDLE_S`: the background (Ray's and the router's polling), in cores;
 2. a burst of short requests with few output tokens, and 3. the same requests with many: with
-   the background taken out, the two bursts give the path's CPU per request and per streamed
-   token. In the long burst, the engine loops' CPU over the engines' busy seconds (their steps'
-   execution, from vLLM's step records) is what a busy engine's loop uses, in cores.
-The bursts go through `bench.run.run_workload`, the benchmarks' own client.
+   the background taken out, the two bursts give the CPU per request and per streamed token.
+The bursts go through `bench.run.run_workload`, the benchmarks' own client. The simulator uses
+the host's cores and the CPU per token; the rest is kept for the record.
 """
 from __future__ import annotations
 
@@ -37,7 +32,6 @@ class PathCpu:
     background_cores: float
     cpu_s_per_request: float
     cpu_s_per_token: float
-    engine_loop_cores: float
     samples: tuple[dict[str, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,34 +52,15 @@ def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-def engine_processes(dep: Any) -> dict[str, list[int]]:
-    """Each worker's engine processes (its actor's descendants)."""
-    import ray
-
-    return dict(zip(dep.workers, ray.get([h.child_pids.remote() for h in dep.workers.values()])))
-
-
 def path_processes(dep: Any) -> dict[str, int]:
     """This process and its descendants, but not the workers' engine processes."""
     import psutil
+    import ray
 
-    engines = {pid for pids in engine_processes(dep).values() for pid in pids}
+    engines = {pid for pids in ray.get([h.child_pids.remote() for h in dep.workers.values()]) for pid in pids}
     me = psutil.Process()
     procs = {f"{p.name()}:{p.pid}": p.pid for p in me.children(recursive=True) if p.pid not in engines}
     return {"client": me.pid, **procs}
-
-
-def engine_loop_processes(dep: Any) -> dict[str, int]:
-    """The engine processes not pinned to one core (vLLM's EngineCore)."""
-    out = {}
-    for wid, pids in engine_processes(dep).items():
-        for pid in pids:
-            try:
-                if len(os.sched_getaffinity(pid)) > 1:
-                    out[f"{wid}:{pid}"] = pid
-            except ProcessLookupError:
-                continue
-    return out
 
 
 def solve_per_request_and_token(bursts: list[tuple[int, int, float]]) -> tuple[float, float]:
@@ -106,13 +81,10 @@ def solve_per_request_and_token(bursts: list[tuple[int, int, float]]) -> tuple[f
 
 def measure_path_cpu(dep: Any) -> PathCpu:
     """The three windows on `dep`, which must be otherwise idle."""
-    import ray
-
     from bench.run import run_workload
     from bench.workloads import fixed
 
     pids = path_processes(dep)
-    loops = engine_loop_processes(dep)
     before, t0 = cpu_seconds(pids), time.perf_counter()
     time.sleep(IDLE_S)
     idle_s = time.perf_counter() - t0
@@ -122,22 +94,15 @@ def measure_path_cpu(dep: Any) -> PathCpu:
     bursts = []
     for num_tokens in BURST_OUTPUT_TOKENS:
         workload = fixed(BURST_REQUESTS, BURST_PROMPT_TOKENS, num_tokens, concurrency=BURST_CONCURRENCY)
-        before, loops_before, t0, t0_wall = cpu_seconds(pids), cpu_seconds(loops), time.perf_counter(), time.time()
+        before, t0 = cpu_seconds(pids), time.perf_counter()
         records = run_workload(dep.stream, workload, dep.vocab_size, progress=False, salt=num_tokens)
         wall_s = time.perf_counter() - t0
         cpu_s = sum(cpu_seconds(pids).values()) - sum(before.values())
-        loop_cpu_s = sum(cpu_seconds(loops).values()) - sum(loops_before.values())
-        busy_s = sum(s["elapsed_s"] for steps in ray.get([h.steps.remote(t0_wall) for h in dep.workers.values()])
-                     for s in steps)
         if not all(r.ok for r in records):
             raise RuntimeError(f"path CPU burst failed: {[r.error for r in records if not r.ok]}")
         tokens = sum(len(r.token_times) for r in records)
         bursts.append((len(records), tokens, cpu_s - background_cores * wall_s))
         samples.append({"window": f"{num_tokens} tokens", "wall_s": wall_s, "cpu_s": cpu_s,
-                        "requests": len(records), "tokens": tokens, "engine_loop_cpu_s": loop_cpu_s,
-                        "engine_busy_s": busy_s})
+                        "requests": len(records), "tokens": tokens})
     per_request, per_token = solve_per_request_and_token(bursts)
-    last = samples[-1]
-    loop_cores = last["engine_loop_cpu_s"] / last["engine_busy_s"] if last["engine_busy_s"] > 0 else 0.0
-    return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, loop_cores,
-                   tuple(samples))
+    return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples))

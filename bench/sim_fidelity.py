@@ -8,9 +8,9 @@
    (`bench.compare` keeps it in the summary's `measured`): the CPU step-time model (the four
    coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
    loop's measured step gap), the P->D link (alpha, beta) and the request path
-   (`pd_serve.request_path`: the time outside the engines, per route), and the path's CPU on the
-   host (`bench.host_cpu`: cores, idle background, CPU per request and per streamed token, which
-   the simulator's host model turns into slower steps; `--no-host` leaves it out). For a summary without
+   (`pd_serve.request_path`: the time outside the engines, per route), and the host
+   (`bench.host_cpu`: its cores and the path's CPU per streamed token, which the simulator adds
+   to the steps that stream; `--no-host` leaves it out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
@@ -56,7 +56,7 @@ METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p
                                                     ("mean_tpot_s", ("tpot_s", "mean")))
 CALIBRATION_CONFIG = "configs/hybrid.yaml"
 COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
-HOST_KEYS = ("num_cores", "background_cores", "cpu_s_per_request", "cpu_s_per_token", "engine_loop_cores")
+HOST_KEYS = ("num_cores", "cpu_s_per_token")
 GIB = 1 << 30
 
 
@@ -126,8 +126,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"{_ms(path.disaggregated_s)} ms (step gap {_ms(path.step_gap_s)} ms)", file=sys.stderr, flush=True)
     host = measure_path_cpu(dep)
     print(f"    path CPU: {host.background_cores:.3f} cores idle, {host.cpu_s_per_request * 1e3:.1f} ms per "
-          f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; engine loop {host.engine_loop_cores:.2f} "
-          f"cores per busy engine; on {host.num_cores} cores",
+          f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores",
           file=sys.stderr, flush=True)
     return calibration_from_deployment(dep, path.to_dict(), host.to_dict())
 
@@ -343,9 +342,7 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
                  f"{_ms(path.get('disaggregated_s'))} ms")
     if not host.get("num_cores"):
         return line + "; no host measured (private cores)"
-    return (line + f"; path CPU {host['background_cores']:.3f} cores idle + "
-            f"{host['cpu_s_per_request'] * 1e3:.1f} ms/request + {host['cpu_s_per_token'] * 1e3:.2f} ms/token, "
-            f"engine loop {host.get('engine_loop_cores', 0.0):.2f} cores, on {host['num_cores']} cores")
+    return line + f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} cores"
 
 
 def _default_model_dir() -> str:

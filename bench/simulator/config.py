@@ -15,8 +15,7 @@ unknown key`). Schema (defaults in brackets):
     role_engine: {prefill: {max_num_batched_tokens: 8192}}   # per-role overrides of `engine`
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
-    host: {num_cores: 0, background_cores: 0, cpu_s_per_request: 0, cpu_s_per_token: 0,
-           engine_loop_cores: 0, window_s: 0.5, max_share: 0.5}   # CPU hosts only, measured live
+    host: {num_cores: 0, cpu_s_per_token: 0}   # CPU hosts: path CPU per streamed token, measured live
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}
@@ -124,12 +123,7 @@ class HostConfig(_Strict):
     host model."""
 
     num_cores: int = Field(0, ge=0)
-    background_cores: float = Field(0.0, ge=0)
-    cpu_s_per_request: float = Field(0.0, ge=0)
     cpu_s_per_token: float = Field(0.0, ge=0)
-    engine_loop_cores: float = Field(0.0, ge=0)
-    window_s: float = Field(0.5, gt=0)
-    max_share: float = Field(0.5, ge=0, lt=1)
 
     def spec(self) -> HostSpec:
         return HostSpec(**self.model_dump())

@@ -12,8 +12,8 @@ A request's life here (the numbers of `pd_serve.router`):
 
 The cluster's `request_path` (measured live: client, Ray and router) delays each hand-over to a
 worker: the first by its colocated seconds, a disaggregated request's second by the rest. On a
-CPU host (`cluster.host`) the path's CPU per request and per streamed token competes with the
-engines for cores, and a step starting while it does takes longer (`bench.simulator.host`).
+CPU host (`cluster.host`) a step also takes the path's CPU for the tokens it streams, which
+shares the engines' loops' cores (`bench.simulator.host`).
 
 All events at one instant are applied before any idle worker plans its next step, so requests
 arriving together can share a first step (the seeds' batches).
@@ -26,7 +26,6 @@ from typing import Any
 from bench.metrics import RequestRecord
 from bench.simulator import events as ev
 from bench.simulator.engine_request import EngineRequest
-from bench.simulator.host import HostLoad
 from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter
 from bench.simulator.specs import ClusterSpec
@@ -91,7 +90,6 @@ class Simulator:
         self.keep_decisions = keep_decisions
         self.max_events = max_events
         self.queue = ev.EventQueue()
-        self.host = HostLoad(cluster.host)
         # One link per (prefill, decode) pair, or one for all; fills as pairs first transfer.
         self.links: dict[Any, SharedLink] = {}
         self.decisions: list[Decision] = []
@@ -159,9 +157,9 @@ class Simulator:
         for loading in plan.loads_started:
             self._start_transfer(loading, now_s)
         if not plan.is_empty:
-            if self.host.spec.is_modelled:
+            if self.cluster.host.is_modelled:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
-                plan.duration_s *= self.host.stretch(now_s, num_busy)
+                plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens)
             worker.start(plan)
             self.queue.push(now_s + plan.duration_s, ev.STEP_DONE, worker_id)
 
@@ -170,7 +168,6 @@ class Simulator:
     def _arrive(self, job: Job, now_s: float) -> set[str]:
         record = job.record
         record.arrival_s = now_s
-        self.host.request(now_s)
         if record.input_tokens + record.output_tokens > self.max_model_len:
             return self._fail(job, now_s, f"prompt ({record.input_tokens}) + output ({record.output_tokens}) "
                                           f"tokens exceed max_model_len {self.max_model_len}")
@@ -199,7 +196,6 @@ class Simulator:
                 continue
             record = job.record
             record.token_times.append(now_s)
-            self.host.tokens(now_s)
             if record.first_token_s is None:
                 record.first_token_s = now_s
                 if job.decision.route != ROUTE_DISAGGREGATED:

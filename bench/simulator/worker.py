@@ -45,6 +45,12 @@ class StepPlan:
     def is_empty(self) -> bool:
         return not self.num_new_tokens
 
+    @property
+    def num_streamed_tokens(self) -> int:
+        """Tokens this step samples for clients (a prefill-only request's goes nowhere)."""
+        return sum(1 for r, n in self.num_new_tokens.items()
+                   if r.num_computed_tokens + n >= r.num_tokens and not r.is_prefill_only)
+
 
 class SimWorker:
     def __init__(self, spec: WorkerSpec, cost: StepCost) -> None:

@@ -197,8 +197,6 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
     host = measure_path_cpu(hybrid)
     assert host.num_cores == len(os.sched_getaffinity(0))
     assert host.cpu_s_per_token > 0 and host.cpu_s_per_request >= 0 and host.background_cores >= 0, host
-    if host.num_cores > 1:  # vLLM's EngineCore: not pinned like the model's worker, it schedules each step
-        assert host.engine_loop_cores > 0, host
     assert [s["window"] for s in host.samples] == ["idle", "4 tokens", "64 tokens"]
 
 

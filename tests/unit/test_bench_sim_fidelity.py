@@ -213,11 +213,10 @@ def test_each_system_runs_on_its_own_deployments_measurements_when_the_live_run_
 
 def test_a_measured_host_reaches_the_simulated_cluster_unless_turned_off(cal, model_dir):
     host = {"num_cores": 2, "background_cores": 0.07, "cpu_s_per_request": 0.01, "cpu_s_per_token": 0.004,
-            "engine_loop_cores": 0.2, "samples": [{"window": "idle", "wall_s": 2.0, "cpu_s": 0.14}]}
+            "samples": [{"window": "idle", "wall_s": 2.0, "cpu_s": 0.14}]}
     measured = {**cal, "host": host}
     on = build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir), "colocated")
-    assert (on.host.num_cores, on.host.background_cores, on.host.cpu_s_per_request, on.host.cpu_s_per_token,
-            on.host.engine_loop_cores) == (2, 0.07, 0.01, 0.004, 0.2)
+    assert (on.host.num_cores, on.host.cpu_s_per_token) == (2, 0.004)
     off = sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir, host_model=False)
     assert not build_cluster(off, "colocated").host.is_modelled
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
