@@ -39,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 LOAD_POLL_INTERVAL_S = 0.25
 # Blocks per warm-up transfer of each pair: the first pays the NIXL handshake; the rest measure
-# what vLLM's load path adds to the probed link (five, for a median that shrugs off one stall).
-WARMUP_TRANSFER_BLOCKS = (2, 2, 16, 64, 16, 64)
+# what vLLM's load path adds to the probed link. Nine of them: identical transfers swing 4x on a
+# busy CPU host, and with five one run's median excess came out 5.5 ms where 2.4-4 ms is usual.
+WARMUP_TRANSFER_BLOCKS = (2, 2, 16, 64, 16, 64, 16, 64, 16, 64)
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                      "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
