@@ -32,7 +32,7 @@ class PathCpu:
     background_cores: float
     cpu_s_per_request: float
     cpu_s_per_token: float
-    samples: tuple[dict[str, float], ...] = ()
+    samples: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -37,13 +37,13 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
+from bench.host_cpu import measure_path_cpu
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
-from bench.host_cpu import measure_path_cpu
 from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import StepTimeModel

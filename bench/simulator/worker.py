@@ -49,7 +49,7 @@ class StepPlan:
     def num_streamed_tokens(self) -> int:
         """Tokens this step samples for clients (a prefill-only request's goes nowhere)."""
         return sum(1 for r, n in self.num_new_tokens.items()
-                   if r.num_computed_tokens + n >= r.num_tokens and not r.is_prefill_only)
+                   if n >= r.num_remaining_tokens and not r.is_prefill_only)
 
 
 class SimWorker:
