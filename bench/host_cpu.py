@@ -7,21 +7,35 @@ starts under this process. Three windows, read from the processes' CPU times:
 1. idle for `IDLE_S`: the background (Ray's and the router's polling), in cores;
 2. a burst of short requests with few output tokens, and 3. the same requests with many: with
    the background taken out, the two bursts give the CPU per request and per streamed token.
-The bursts go through `bench.run.run_workload`, the benchmarks' own client. The simulator uses
-the host's cores and the CPU per token; the rest is kept for the record.
+The bursts go through `bench.run.run_workload`, the benchmarks' own client.
+
+The bursts keep two requests per decode-capable engine in flight. The many-token burst, and
+the same requests once more with one per engine, also give what the simulator's host model
+uses: how much longer each decode step is than the deployment's start-up calibration says (the
+calibration runs its probes with nothing streaming), with one and with two requests streaming
+from the engine. Every gap between two tokens of a request is one step of its decode worker,
+with as many requests decoding there as were streaming from it at that moment; its excess is
+the gap less the calibrated step for that batch; the medians are `step_excess_1_s` and
+`step_excess_2_s`. They catch whatever streaming costs the engines on this host that day (the
+path's CPU on the engines' cores, the engine loop waiting for a core, other tenants) and the
+calibration's own error on small decode batches. (On 2026-11-30 the path took 1.9-5.4 ms of
+CPU per token, and adding that CPU to the steps fitted the live runs; on 2026-12-01 it took
+1.2-2.1 ms, and adding it over-predicted TPOT by 40-70%: the CPU is not the delay.)
 """
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 IDLE_S = 2.0
 BURST_REQUESTS = 8
-BURST_CONCURRENCY = 2
+STREAMS_PER_ENGINE = 2  # the bursts keep this many requests per decode-capable engine in flight
 BURST_PROMPT_TOKENS = 128
 BURST_OUTPUT_TOKENS = (4, 64)
+ALONE_REQUESTS = 3  # per decode-capable engine, one stream each, for the one-stream step excess
 
 
 @dataclass(frozen=True)
@@ -33,6 +47,10 @@ class PathCpu:
     cpu_s_per_request: float
     cpu_s_per_token: float
     samples: tuple[dict[str, Any], ...] = ()
+    # Decode steps' median excess over the calibration with one and two streams per engine
+    # (None: no calibration to compare with, or no such step seen).
+    step_excess_1_s: float | None = None
+    step_excess_2_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,11 +97,32 @@ def solve_per_request_and_token(bursts: list[tuple[int, int, float]]) -> tuple[f
     return per_request, per_token
 
 
+def step_excess_by_batch(records: list[Any], predict_step_s: Any) -> dict[int, float]:
+    """Median of (gap - predict_step_s(contexts)) over the inter-token gaps, by batch: the
+    requests streaming from the same decode worker at the gap's end, with contexts their prompt
+    + tokens so far. `records`: `bench.metrics.RequestRecord`s with token times and decode
+    workers."""
+    streams = [(r.decode_worker, r.token_times, r.input_tokens) for r in records
+               if r.ok and len(r.token_times) > 1]
+    by_batch: dict[int, list[float]] = {}
+    for worker, times, prompt in streams:
+        for i in range(1, len(times)):
+            t = times[i]
+            contexts = [p + sum(1 for x in ts if x < t) for w, ts, p in streams
+                        if w == worker and ts[0] < t <= ts[-1]]
+            by_batch.setdefault(len(contexts), []).append(t - times[i - 1] - predict_step_s(contexts))
+    return {b: statistics.median(v) for b, v in sorted(by_batch.items())}
+
+
 def measure_path_cpu(dep: Any) -> PathCpu:
     """The three windows on `dep`, which must be otherwise idle."""
     from bench.run import run_workload
     from bench.workloads import fixed
 
+    from schedulers.candidates import DECODE_ROLES
+
+    num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
+    concurrency = STREAMS_PER_ENGINE * num_engines
     pids = path_processes(dep)
     before, t0 = cpu_seconds(pids), time.perf_counter()
     time.sleep(IDLE_S)
@@ -92,8 +131,9 @@ def measure_path_cpu(dep: Any) -> PathCpu:
     background_cores = max(0.0, background / idle_s)
     samples = [{"window": "idle", "wall_s": idle_s, "cpu_s": background}]
     bursts = []
+    excess: dict[int, float] = {}
     for num_tokens in BURST_OUTPUT_TOKENS:
-        workload = fixed(BURST_REQUESTS, BURST_PROMPT_TOKENS, num_tokens, concurrency=BURST_CONCURRENCY)
+        workload = fixed(BURST_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=concurrency)
         before, t0 = cpu_seconds(pids), time.perf_counter()
         records = run_workload(dep.stream, workload, dep.vocab_size, progress=False, salt=num_tokens)
         wall_s = time.perf_counter() - t0
@@ -104,5 +144,14 @@ def measure_path_cpu(dep: Any) -> PathCpu:
         bursts.append((len(records), tokens, cpu_s - background_cores * wall_s))
         samples.append({"window": f"{num_tokens} tokens", "wall_s": wall_s, "cpu_s": cpu_s,
                         "requests": len(records), "tokens": tokens})
+        if num_tokens == max(BURST_OUTPUT_TOKENS) and dep.calibration is not None:
+            model = dep.calibration.model
+            excess = step_excess_by_batch(records, lambda ctx: model.predict(0, 0, ctx))
+            alone = fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=num_engines)
+            records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens)
+            if not all(r.ok for r in records):
+                raise RuntimeError(f"one-stream burst failed: {[r.error for r in records if not r.ok]}")
+            excess[1] = step_excess_by_batch(records, lambda ctx: model.predict(0, 0, ctx)).get(1)
     per_request, per_token = solve_per_request_and_token(bursts)
-    return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples))
+    return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
+                   excess.get(1), excess.get(2))

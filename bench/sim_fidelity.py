@@ -9,8 +9,9 @@
    coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
    loop's measured step gap), the P->D link (alpha, beta) and the request path
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
-   (`bench.host_cpu`: its cores and the path's CPU per streamed token, which the simulator adds
-   to the steps that stream; `--no-host` leaves it out). For a summary without
+   (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, with one
+   and with two requests streaming, in short bursts; `--host cpu` takes the path's CPU per token over the free cores
+   instead, `--host none` leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
@@ -56,7 +57,10 @@ METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p
                                                     ("mean_tpot_s", ("tpot_s", "mean")))
 CALIBRATION_CONFIG = "configs/hybrid.yaml"
 COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
-HOST_KEYS = ("num_cores", "cpu_s_per_token")
+# The host model's forms (bench.simulator.host) and the measured keys each takes.
+HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_s", "step_excess_2_s"),
+                                          "cpu": ("num_cores", "cpu_s_per_token"),
+                                          "none": ()}
 GIB = 1 << 30
 
 
@@ -126,7 +130,9 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"{_ms(path.disaggregated_s)} ms (step gap {_ms(path.step_gap_s)} ms)", file=sys.stderr, flush=True)
     host = measure_path_cpu(dep)
     print(f"    path CPU: {host.background_cores:.3f} cores idle, {host.cpu_s_per_request * 1e3:.1f} ms per "
-          f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores",
+          f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores; decode steps "
+          f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
+          f"with 1 / 2 streams",
           file=sys.stderr, flush=True)
     return calibration_from_deployment(dep, path.to_dict(), host.to_dict())
 
@@ -153,9 +159,9 @@ def cpu_kv_blocks(kv_cache_gib: float, kv: KVGeometry) -> int:
 
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                   host_model: bool = True) -> SimConfig:
+                   host_form: str = "steps") -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
-    with the calibration's host (when measured and `host_model`).
+    with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it).
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -177,14 +183,16 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              "max_model_len": e.max_model_len, "num_kv_blocks": cpu_kv_blocks(e.kv_cache_gib, kv)}
     link = cal["link"]
     path = cal.get("request_path") or {}
-    host = (cal.get("host") or {}) if host_model else {}
+    if host_form not in HOST_FORMS:
+        raise ValueError(f"host_form must be one of {sorted(HOST_FORMS)}, got {host_form!r}")
+    host = cal.get("host") or {}
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
         "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
         "engine": next(iter(role_engine.values())), "role_engine": role_engine,
         "link": {"alpha_s": link["alpha_s"], "bandwidth_bytes_per_s": link["beta_bytes_per_s"]},
         "request_path": {k: float(path.get(k) or 0.0) for k in ("colocated_s", "disaggregated_s")},
-        "host": {k: host[k] for k in HOST_KEYS if k in host},
+        "host": {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None},
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params)}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
@@ -236,6 +244,10 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v * 1e3:.1f}"
 
 
+def _signed_ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:+.2f}"
+
+
 def _pct(err: float | None, tolerance: float) -> str:
     if err is None:
         return "-"
@@ -282,10 +294,10 @@ def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] 
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True,
-                 host_model: bool = True) -> list[dict[str, Any]]:
+                 host_form: str = "steps") -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
-    `host_model`: with the measured host (where there is one)."""
+    `host_form`: which of the host model's forms (HOST_FORMS) to simulate with."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -296,7 +308,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
         step_model = step_model_from_calibration(system_cal)
-        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model, host_model)
+        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model, host_form)
         t0 = time.perf_counter()
         for rate in live["rates"]:
             key = f"rate={rate:g}"
@@ -342,7 +354,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
                  f"{_ms(path.get('disaggregated_s'))} ms")
     if not host.get("num_cores"):
         return line + "; no host measured (private cores)"
-    return line + f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} cores"
+    return line + (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
+                   f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
+                   f"{_signed_ms(host.get('step_excess_2_s'))} ms")
 
 
 def _default_model_dir() -> str:
@@ -359,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="where a measured calibration is saved")
     ap.add_argument("--out", default="results/sim_fidelity.json")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE)
-    ap.add_argument("--no-host", action="store_true",
-                    help="simulate with private cores (no host model), for comparison")
+    ap.add_argument("--host", choices=sorted(HOST_FORMS), default="steps",
+                    help="the host model: measured step excess per streamed token (default), the "
+                         "path's CPU per token over the free cores, or none (private cores)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
@@ -380,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
 
     rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance,
-                        host_model=not args.no_host)
+                        host_form=args.host)
     table = fidelity_table(rows, args.tolerance)
     checks = [m["ok"] for r in rows for m in r["metrics"].values()]
     print(f"\nSimulator vs live CPU runs ({live_path}); error = |sim - live| / live, "
@@ -388,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
     write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
-                          "host_model": not args.no_host,
+                          "host_form": args.host,
                           "measured_with_live_runs": sorted(measured),
                           "num_within_tolerance": sum(checks), "num_checks": len(checks),
                           "all_within_tolerance": all(checks), "rows": rows, "table": table})

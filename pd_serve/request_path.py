@@ -8,7 +8,13 @@ short request's time to first token has beyond those is the path:
     colocated:      path = TTFT - (prefill step + gap)
     disaggregated:  path = TTFT - (prefill step on P + gap) - KV transfer - (first step on D + gap)
 
-A disaggregated request calls two workers in turn, so its path is about two colocated ones. The
+A disaggregated request calls two workers in turn, so its path is about two colocated ones.
+Each probe waits `idle_gap_s` before it is sent, as requests arriving at 0.5-2 req/s do: a
+request after idle time takes longer than one right after another. Measured on the
+disaggregated deployment (2026-12-01), the path was 11-12 ms back to back, 16 ms after 0.5 s
+idle and 20-21 ms after 1.5 s, and that deployment's live run's short requests took 9-10 ms
+longer than a simulator given the back-to-back path. (Likely vLLM's engine loops, which spin
+for a second after work and then sleep; not proven.) The
 simulator has no Ray or router; it adds these measured paths to the requests it serves
 (`bench.simulator`'s `request_path`), which is how `bench.sim_fidelity` uses them.
 """
@@ -24,6 +30,7 @@ from schedulers.candidates import COLOCATED_ROLES, DECODE_ROLES, PREFILL_ROLES
 
 PROMPT_TOKENS = 128  # one short prefill step on any engine
 NUM_REQUESTS = 8
+IDLE_GAP_S = 1.0
 
 
 @dataclass
@@ -77,9 +84,10 @@ def decompose(route: str, ttft_s: float, steps: dict[str, list[dict]], t0: float
 
 
 def measure_request_path(dep: Any, num_requests: int = NUM_REQUESTS,
-                         prompt_tokens: int = PROMPT_TOKENS) -> RequestPath:
-    """Send `num_requests` short requests one at a time per route the deployment serves, from
-    this process through `dep.stream` (as the benchmarks do), and return the median paths.
+                         prompt_tokens: int = PROMPT_TOKENS, idle_gap_s: float = IDLE_GAP_S) -> RequestPath:
+    """Send `num_requests` short requests one at a time per route the deployment serves, each
+    after `idle_gap_s` idle, from this process through `dep.stream` (as the benchmarks do), and
+    return the median paths.
     The deployment must be otherwise idle: the decomposition reads the engines' step records."""
     import ray
 
@@ -89,6 +97,7 @@ def measure_request_path(dep: Any, num_requests: int = NUM_REQUESTS,
     for route in routes:
         for k in range(num_requests):
             ids = random_prompt(prompt_tokens, f"request-path/{route}/{k}/{time.time()}", dep.vocab_size)
+            time.sleep(idle_gap_s)
             t0 = time.time()
             first = None
             result = None

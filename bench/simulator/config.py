@@ -15,7 +15,7 @@ unknown key`). Schema (defaults in brackets):
     role_engine: {prefill: {max_num_batched_tokens: 8192}}   # per-role overrides of `engine`
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
-    host: {num_cores: 0, cpu_s_per_token: 0}   # CPU hosts: path CPU per streamed token, measured live
+    host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null}   # CPU hosts, measured live
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}
@@ -124,6 +124,8 @@ class HostConfig(_Strict):
 
     num_cores: int = Field(0, ge=0)
     cpu_s_per_token: float = Field(0.0, ge=0)
+    step_excess_1_s: float | None = None  # may be negative: see bench.simulator.host
+    step_excess_2_s: float | None = None
 
     def spec(self) -> HostSpec:
         return HostSpec(**self.model_dump())

@@ -11,11 +11,18 @@ inter-token latency) where its calibration, on the idle engine, said 7.5 ms. The
 about 3.5 ms of CPU per streamed token (`bench.host_cpu`). A simulator with private cores
 shows none of it.
 
-The model: a step takes longer by the path's CPU for the tokens it streams, spread over the
-cores no engine computes on while it runs (at least one: with none free, the path runs on the
-engines' own cores). Both inputs, the host's cores and the path's CPU per token, are measured on
-the idle live deployment before its run; nothing is fitted to the run. GPU configs have no
-host: there the engines compute elsewhere.
+Two forms, both with inputs measured on the live deployment before its run (`bench.host_cpu`),
+nothing fitted to the run:
+- measured steps (`step_excess_1_s` and `step_excess_2_s` set): the live engines' decode steps
+  ran longer than their calibration by those medians with one and with two requests streaming
+  (short bursts); a step streaming n tokens takes e1 + (n - 1) * (e2 - e1) longer, the line
+  through both. Either may be negative (the calibration slower than the engine); a step never
+  shrinks below half its engine time.
+- path CPU (`cpu_s_per_token` only): a step takes longer by the path's CPU for the tokens it
+  streams, spread over the cores no engine computes on while it runs (at least one). It fitted
+  the runs of 2026-11-30 (path CPU 1.9-5.4 ms per token) and over-predicted TPOT by 40-70% on
+  2026-12-01 (1.2-2.1 ms): CPU seconds are not the delay, which is why the first form exists.
+GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
 
@@ -25,10 +32,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class HostSpec:
     """`num_cores`: the host's cores (0: no host model). `cpu_s_per_token`: the request path's
-    CPU per streamed token."""
+    CPU per streamed token. `step_excess_1_s`, `step_excess_2_s`: the measured step excess with
+    one and two streams; when both are set, they are the model."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
+    step_excess_1_s: float | None = None
+    step_excess_2_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
@@ -40,10 +50,13 @@ class HostSpec:
     def is_modelled(self) -> bool:
         return self.num_cores > 0
 
-    def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int) -> float:
-        """What a step streaming `num_streamed_tokens` takes beyond its engine time, with
-        `num_busy_engines` computing (its own included)."""
+    def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
+        """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,
+        with `num_busy_engines` computing (its own included)."""
         if not self.is_modelled or num_streamed_tokens <= 0:
             return 0.0
+        if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
+            slope = self.step_excess_2_s - self.step_excess_1_s
+            return max(-engine_s / 2, self.step_excess_1_s + (num_streamed_tokens - 1) * slope)
         free_cores = max(1, self.num_cores - num_busy_engines)
         return num_streamed_tokens * self.cpu_s_per_token / free_cores

@@ -12,8 +12,8 @@ A request's life here (the numbers of `pd_serve.router`):
 
 The cluster's `request_path` (measured live: client, Ray and router) delays each hand-over to a
 worker: the first by its colocated seconds, a disaggregated request's second by the rest. On a
-CPU host (`cluster.host`) a step also takes the path's CPU for the tokens it streams, which
-shares the engines' loops' cores (`bench.simulator.host`).
+CPU host (`cluster.host`) a step that streams tokens takes longer by what streaming costs the
+engines there, measured live (`bench.simulator.host`).
 
 All events at one instant are applied before any idle worker plans its next step, so requests
 arriving together can share a first step (the seeds' batches).
@@ -159,7 +159,8 @@ class Simulator:
         if not plan.is_empty:
             if self.cluster.host.is_modelled:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
-                plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens)
+                plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens,
+                                                                   plan.duration_s)
             worker.start(plan)
             self.queue.push(now_s + plan.duration_s, ev.STEP_DONE, worker_id)
 

@@ -12,6 +12,7 @@ from bench import sim_fidelity as sf
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, rates_workload
 from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
+from bench.simulator.host import HostSpec
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
 from schedulers.model_spec import ModelSpec
 from schedulers.policies import AdaptivePolicy
@@ -211,13 +212,21 @@ def test_each_system_runs_on_its_own_deployments_measurements_when_the_live_run_
         sf.run_fidelity(base, None, model_dir, systems=systems, progress=False)
 
 
-def test_a_measured_host_reaches_the_simulated_cluster_unless_turned_off(cal, model_dir):
+def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, model_dir):
     host = {"num_cores": 2, "background_cores": 0.07, "cpu_s_per_request": 0.01, "cpu_s_per_token": 0.004,
-            "samples": [{"window": "idle", "wall_s": 2.0, "cpu_s": 0.14}]}
+            "samples": [{"window": "idle", "wall_s": 2.0, "cpu_s": 0.14}], "step_excess_1_s": -0.0004, "step_excess_2_s": 0.0003}
     measured = {**cal, "host": host}
-    on = build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir), "colocated")
-    assert (on.host.num_cores, on.host.cpu_s_per_token) == (2, 0.004)
-    off = sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir, host_model=False)
-    assert not build_cluster(off, "colocated").host.is_modelled
+
+    def host_of(form, record=measured):
+        return build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), record, model_dir,
+                                               host_form=form), "colocated").host
+    assert host_of("steps") == HostSpec(2, 0.0, -0.0004, 0.0003)
+    assert host_of("cpu") == HostSpec(2, 0.004, None)
+    assert not host_of("none").is_modelled
+    # A record from before the step excess was measured: the steps form has nothing to add.
+    older = {**cal, "host": {k: v for k, v in host.items() if not k.startswith("step_excess")}}
+    assert host_of("steps", older).step_delay_s(1, 4, 0.01) == 0.0
+    with pytest.raises(ValueError, match="host_form"):
+        host_of("both")
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host

@@ -1,12 +1,14 @@
-"""The simulator's CPU host: a step takes the request path's CPU for the tokens it streams,
-spread over the cores no engine computes on."""
+"""The simulator's CPU host: a step that streams tokens takes the decode steps' measured excess
+over the calibration (a line through one and two streams), or (the older form) the request
+path's CPU for its tokens over the free cores."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from bench.host_cpu import solve_per_request_and_token
+from bench.host_cpu import solve_per_request_and_token, step_excess_by_batch
+from bench.metrics import RequestRecord
 from bench.simulator import ClusterSpec, EngineSpec, get_link, simulate
 from bench.simulator.config import SimConfigError, build_cluster, sim_config_from_dict
 from bench.simulator.host import HostSpec
@@ -31,6 +33,22 @@ def test_a_step_takes_its_tokens_path_cpu_over_the_free_cores():
     assert host.step_delay_s(3, 4) == pytest.approx(4 * 0.003)  # one core free
     assert host.step_delay_s(4, 4) == pytest.approx(4 * 0.003)  # none free: on the engines' own
     assert host.step_delay_s(2, 0) == 0.0  # a step that streams nothing
+
+
+def test_the_measured_step_excess_is_the_line_through_one_and_two_streams():
+    host = HostSpec(num_cores=2, cpu_s_per_token=0.003, step_excess_1_s=-0.0005, step_excess_2_s=0.0005)
+    assert host.step_delay_s(1, 1, engine_s=0.01) == pytest.approx(-0.0005)
+    assert host.step_delay_s(1, 2, engine_s=0.01) == pytest.approx(0.0005)
+    assert host.step_delay_s(2, 4, engine_s=0.01) == pytest.approx(0.0025)  # busy engines: measured in
+    assert host.step_delay_s(1, 0, engine_s=0.01) == 0.0
+    # Only one of the two measured: not this form (the path-CPU form, here 3 ms per token).
+    assert HostSpec(2, 0.003, step_excess_1_s=0.001).step_delay_s(1, 1) == pytest.approx(0.003)
+
+
+def test_a_negative_excess_shortens_steps_but_never_below_half():
+    host = HostSpec(num_cores=2, step_excess_1_s=-0.001, step_excess_2_s=-0.002)
+    assert host.step_delay_s(1, 2, engine_s=0.01) == pytest.approx(-0.002)
+    assert host.step_delay_s(1, 8, engine_s=0.01) == pytest.approx(-0.005)
 
 
 @pytest.mark.parametrize("field,value", [("num_cores", -1), ("cpu_s_per_token", -1e-3)])
@@ -74,6 +92,29 @@ def test_a_batch_step_pays_for_every_token_it_streams():
 
 # ---- its measurement and its config ----------------------------------------------------------------
 
+def streamed(rid: str, worker: str, prompt: int, times: list[float]) -> RequestRecord:
+    rec = RequestRecord(rid, prompt, len(times), arrival_s=times[0] - 0.05)
+    rec.first_token_s, rec.finish_s, rec.token_times, rec.decode_worker = times[0], times[-1], times, worker
+    return rec
+
+
+def test_the_step_excess_counts_each_gaps_batch_on_its_own_worker():
+    # Step model: 4 ms per running request. a and b share worker w; c is alone on v.
+    a = streamed("a", "w", 100, [1.000, 1.010, 1.020, 1.030])
+    b = streamed("b", "w", 100, [1.005, 1.015, 1.025])
+    c = streamed("c", "v", 100, [1.000, 1.005, 1.010])
+    seen = []
+
+    def step(contexts):
+        seen.append(list(contexts))
+        return 0.004 * len(contexts)
+    # Two on w: a's first two gaps and b's two, 10 - 8 ms; alone: a's last (10 - 4) and c's
+    # two (5 - 4): median 1 ms.
+    assert step_excess_by_batch([a, b, c], step) == pytest.approx({1: 0.001, 2: 0.002})
+    assert [102, 101] in seen  # at b's 1.015: a had 2 tokens, b 1 (context = prompt + tokens so far)
+    assert step_excess_by_batch([streamed("d", "w", 10, [1.0])], step) == {}
+
+
 def test_per_request_and_per_token_cpu_come_back_from_two_bursts():
     r, c = 0.012, 0.0035
     bursts = [(8, 32, 8 * r + 32 * c), (8, 512, 8 * r + 512 * c)]
@@ -92,5 +133,10 @@ def test_a_sim_config_takes_a_measured_host():
                                 "host": {"num_cores": 2, "cpu_s_per_token": 0.004},
                                 "policies": {"colocated": {"workers": {"both": 1}}}})
     assert build_cluster(cfg, "colocated").host == HostSpec(2, 0.004)
+    measured = sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                                     "host": {"num_cores": 2, "step_excess_1_s": -0.0002,
+                                              "step_excess_2_s": 0.0001},
+                                     "policies": {"colocated": {"workers": {"both": 1}}}})
+    assert build_cluster(measured, "colocated").host == HostSpec(2, 0.0, -0.0002, 0.0001)
     with pytest.raises(SimConfigError, match="host.cores"):
         sim_config_from_dict({"host": {"cores": 2}, "policies": {"colocated": {"workers": {"both": 1}}}})
