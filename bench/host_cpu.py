@@ -118,7 +118,6 @@ def measure_path_cpu(dep: Any) -> PathCpu:
     """The three windows on `dep`, which must be otherwise idle."""
     from bench.run import run_workload
     from bench.workloads import fixed
-
     from schedulers.candidates import DECODE_ROLES
 
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
@@ -146,12 +145,15 @@ def measure_path_cpu(dep: Any) -> PathCpu:
                         "requests": len(records), "tokens": tokens})
         if num_tokens == max(BURST_OUTPUT_TOKENS) and dep.calibration is not None:
             model = dep.calibration.model
-            excess = step_excess_by_batch(records, lambda ctx: model.predict(0, 0, ctx))
+
+            def decode_step_s(contexts: list[int]) -> float:
+                return model.predict(0, 0, contexts)
+            excess = step_excess_by_batch(records, decode_step_s)
             alone = fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=num_engines)
             records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens)
             if not all(r.ok for r in records):
                 raise RuntimeError(f"one-stream burst failed: {[r.error for r in records if not r.ok]}")
-            excess[1] = step_excess_by_batch(records, lambda ctx: model.predict(0, 0, ctx)).get(1)
+            excess[1] = step_excess_by_batch(records, decode_step_s).get(1)
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
                    excess.get(1), excess.get(2))
