@@ -18,12 +18,12 @@ with as many requests decoding there as were streaming from it at that moment; i
 the gap less the calibrated step for that batch; the medians are `step_excess_1_s` and
 `step_excess_2_s`. They catch whatever streaming costs the engines on this host that day (the
 path's CPU on the engines' cores, the engine loop waiting for a core, other tenants) and the
-calibration's own error on small decode batches. (On 2026-11-30 the path took 1.9-5.4 ms of
-CPU per token, and adding that CPU to the steps fitted the live runs; on 2026-12-01 it took
-1.2-2.1 ms, and adding it over-predicted TPOT by 40-70%: the CPU is not the delay.)
+calibration's own error on small decode batches (`bench.simulator.host` says why the path's
+CPU per token is not enough).
 """
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 import time
@@ -108,14 +108,20 @@ def step_excess_by_batch(records: list[Any], predict_step_s: Any) -> dict[int, f
     for worker, times, prompt in streams:
         for i in range(1, len(times)):
             t = times[i]
-            contexts = [p + sum(1 for x in ts if x < t) for w, ts, p in streams
+            contexts = [p + bisect.bisect_left(ts, t) for w, ts, p in streams
                         if w == worker and ts[0] < t <= ts[-1]]
             by_batch.setdefault(len(contexts), []).append(t - times[i - 1] - predict_step_s(contexts))
     return {b: statistics.median(v) for b, v in sorted(by_batch.items())}
 
 
+def _check_served(records: list[Any], what: str) -> None:
+    if not all(r.ok for r in records):
+        raise RuntimeError(f"{what} failed: {[r.error for r in records if not r.ok]}")
+
+
 def measure_path_cpu(dep: Any) -> PathCpu:
-    """The three windows on `dep`, which must be otherwise idle."""
+    """The three windows on `dep`, which must be otherwise idle, and (with a calibration) the
+    one-stream burst for the step excess."""
     from bench.run import run_workload
     from bench.workloads import fixed
     from schedulers.candidates import DECODE_ROLES
@@ -130,30 +136,31 @@ def measure_path_cpu(dep: Any) -> PathCpu:
     background_cores = max(0.0, background / idle_s)
     samples = [{"window": "idle", "wall_s": idle_s, "cpu_s": background}]
     bursts = []
-    excess: dict[int, float] = {}
+    burst_records = {}
     for num_tokens in BURST_OUTPUT_TOKENS:
         workload = fixed(BURST_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=concurrency)
         before, t0 = cpu_seconds(pids), time.perf_counter()
         records = run_workload(dep.stream, workload, dep.vocab_size, progress=False, salt=num_tokens)
         wall_s = time.perf_counter() - t0
         cpu_s = sum(cpu_seconds(pids).values()) - sum(before.values())
-        if not all(r.ok for r in records):
-            raise RuntimeError(f"path CPU burst failed: {[r.error for r in records if not r.ok]}")
+        _check_served(records, "path CPU burst")
         tokens = sum(len(r.token_times) for r in records)
         bursts.append((len(records), tokens, cpu_s - background_cores * wall_s))
         samples.append({"window": f"{num_tokens} tokens", "wall_s": wall_s, "cpu_s": cpu_s,
                         "requests": len(records), "tokens": tokens})
-        if num_tokens == max(BURST_OUTPUT_TOKENS) and dep.calibration is not None:
-            model = dep.calibration.model
+        burst_records[num_tokens] = records
+    excess: dict[int, float] = {}
+    if dep.calibration is not None:
+        model = dep.calibration.model
 
-            def decode_step_s(contexts: list[int]) -> float:
-                return model.predict(0, 0, contexts)
-            excess = step_excess_by_batch(records, decode_step_s)
-            alone = fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=num_engines)
-            records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens)
-            if not all(r.ok for r in records):
-                raise RuntimeError(f"one-stream burst failed: {[r.error for r in records if not r.ok]}")
-            excess[1] = step_excess_by_batch(records, decode_step_s).get(1)
+        def decode_step_s(contexts: list[int]) -> float:
+            return model.predict(0, 0, contexts)
+        num_tokens = max(BURST_OUTPUT_TOKENS)
+        excess = step_excess_by_batch(burst_records[num_tokens], decode_step_s)
+        alone = fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=num_engines)
+        records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens)
+        _check_served(records, "one-stream burst")
+        excess[1] = step_excess_by_batch(records, decode_step_s).get(1)
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
                    excess.get(1), excess.get(2))

@@ -10,8 +10,8 @@
    loop's measured step gap), the P->D link (alpha, beta) and the request path
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, with one
-   and with two requests streaming, in short bursts; `--host cpu` takes the path's CPU per token over the free cores
-   instead, `--host none` leaves the host out). For a summary without
+   and with two requests streaming, in short bursts; `--host cpu` takes the path's CPU per
+   token over the free cores instead, `--host none` leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
@@ -374,8 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/sim_fidelity.json")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE)
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default="steps",
-                    help="the host model: measured step excess per streamed token (default), the "
-                         "path's CPU per token over the free cores, or none (private cores)")
+                    help="the host model: the decode steps' measured excess with one and two "
+                         "streams (default), the path's CPU per token over the free cores, or none "
+                         "(private cores)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)

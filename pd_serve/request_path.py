@@ -14,9 +14,9 @@ request after idle time takes longer than one right after another. Measured on t
 disaggregated deployment (2026-12-01), the path was 11-12 ms back to back, 16 ms after 0.5 s
 idle and 20-21 ms after 1.5 s, and that deployment's live run's short requests took 9-10 ms
 longer than a simulator given the back-to-back path. (Likely vLLM's engine loops, which spin
-for a second after work and then sleep; not proven.) The
-simulator has no Ray or router; it adds these measured paths to the requests it serves
-(`bench.simulator`'s `request_path`), which is how `bench.sim_fidelity` uses them.
+for a second after work and then sleep; not proven.) The simulator has no Ray or router; it
+adds these measured paths to the requests it serves (`bench.simulator`'s `request_path`), which
+is how `bench.sim_fidelity` uses them.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ nothing fitted to the run:
   shrinks below half its engine time.
 - path CPU (`cpu_s_per_token` only): a step takes longer by the path's CPU for the tokens it
   streams, spread over the cores no engine computes on while it runs (at least one). It fitted
-  the runs of 2026-11-30 (path CPU 1.9-5.4 ms per token) and over-predicted TPOT by 40-70% on
+  the runs of 2026-11-30 (path CPU 1.9-5.4 ms per token) and over-predicted TPOT by 40-80% on
   2026-12-01 (1.2-2.1 ms): CPU seconds are not the delay, which is why the first form exists.
 GPU configs have no host: there the engines compute elsewhere.
 """

@@ -93,9 +93,8 @@ def test_a_batch_step_pays_for_every_token_it_streams():
 # ---- its measurement and its config ----------------------------------------------------------------
 
 def streamed(rid: str, worker: str, prompt: int, times: list[float]) -> RequestRecord:
-    rec = RequestRecord(rid, prompt, len(times), arrival_s=times[0] - 0.05)
-    rec.first_token_s, rec.finish_s, rec.token_times, rec.decode_worker = times[0], times[-1], times, worker
-    return rec
+    return RequestRecord(rid, prompt, len(times), times[0] - 0.05, first_token_s=times[0], finish_s=times[-1],
+                         token_times=list(times), decode_worker=worker)
 
 
 def test_the_step_excess_counts_each_gaps_batch_on_its_own_worker():
