@@ -29,7 +29,9 @@ from transfer.kv_geometry import KVGeometry
 
 logger = logging.getLogger(__name__)
 
-PREFILL_SIZES = (128, 512, 1024, 2048, 4096)
+# 3072 gives a chunk over a cached context that is not the budget again (1,024 after 2,048 with a
+# 2,048-token budget), so the attention coefficient is not fitted to a single chunk shape.
+PREFILL_SIZES = (128, 512, 1024, 2048, 3072, 4096)
 # (batch, prompt tokens) of the decode-only probes: batch sizes at a short context, and long
 # contexts, without which the KV-read coefficient is extrapolated from prefills alone.
 DECODE_PROBES = ((1, 64), (4, 64), (8, 64), (1, 2048), (2, 4096))
@@ -125,6 +127,7 @@ class Calibration:
     median_abs_rel_error: float
     seconds: float
     step_gap_s: float = 0.0
+    one_at_a_time: bool = False  # the engines were probed one after another (a CPU host)
 
     def summary(self) -> dict[str, Any]:
         m = self.model
@@ -133,11 +136,13 @@ class Calibration:
                 "step_gap_s": self.step_gap_s, "s_per_linear_flop": m.s_per_linear_flop,
                 "s_per_attention_flop": m.s_per_attention_flop, "s_per_kv_byte": m.s_per_kv_byte,
                 "achieved_linear_gflops": 1e-9 / m.s_per_linear_flop if m.s_per_linear_flop else None,
-                "seconds": self.seconds}
+                "seconds": self.seconds,
+                "probed": "one engine at a time" if self.one_at_a_time else "all engines at once"}
 
 
 def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict],
-                   seconds: float = 0.0, step_gaps_s: Sequence[float] = ()) -> Calibration:
+                   seconds: float = 0.0, step_gaps_s: Sequence[float] = (),
+                   one_at_a_time: bool = False) -> Calibration:
     """Fit the step-time model to the probes' samples (pooled over workers of one hardware), then
     add the median measured step gap to its per-step overhead."""
     spec = ModelSpec.from_hf_config(hf_config, dtype=None)
@@ -148,4 +153,5 @@ def fit_step_model(hf_config: dict, kv: KVGeometry, sample_dicts: Sequence[dict]
                         - s.duration_s) / s.duration_s for s in samples)  # fit() refused any <= 0
     med = errors[len(errors) // 2] if errors else float("nan")
     gap = statistics.median(step_gaps_s) if step_gaps_s else 0.0
-    return Calibration(replace(model, overhead_s=model.overhead_s + gap), len(samples), med, seconds, gap)
+    return Calibration(replace(model, overhead_s=model.overhead_s + gap), len(samples), med, seconds, gap,
+                       one_at_a_time)

@@ -13,15 +13,23 @@ shows none of it.
 
 Two forms, both with inputs measured on the live deployment before its run (`bench.host_cpu`),
 nothing fitted to the run:
-- measured steps (`step_excess_1_s` and `step_excess_2_s` set): the live engines' decode steps
-  ran longer than their calibration by those medians with one and with two requests streaming
-  (short bursts); a step streaming n tokens takes e1 + (n - 1) * (e2 - e1) longer, the line
-  through both. Either may be negative (the calibration slower than the engine); a step never
-  shrinks below half its engine time.
-- path CPU (`cpu_s_per_token` only): a step takes longer by the path's CPU for the tokens it
-  streams, spread over the cores no engine computes on while it runs (at least one). It fitted
-  the runs of 2026-11-30 (path CPU 1.9-5.4 ms per token) and over-predicted TPOT by 40-80% on
-  2026-12-01 (1.2-2.1 ms): CPU seconds are not the delay, which is why the first form exists.
+- path CPU (`cpu_s_per_token` only; `bench.sim_fidelity --host cpu`, the default): a step takes
+  longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
+  on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
+  token), and over-predicted TPOT by 40-80% on the quieter morning of 2026-12-01 (1.2-2.1 ms),
+  when the engines were still calibrated all at once: each engine's decode probes then ran
+  beside the other engine's, so the calibrated steps already held part of the slowdown, and
+  this form added it again (the likely reason; not proven). Since the engines are calibrated
+  one at a time, it came closest on two fresh runs: 35 and 29 of 36 figures within 20%, against
+  25 and 24 for the measured steps and 24 and 21 for private cores.
+- measured steps (`step_excess_1_s` and `step_excess_2_s` set; `--host steps`): the live
+  engines' decode steps ran longer than their calibration by those medians with one and with
+  two requests streaming (short bursts); a step streaming n tokens takes e1 + (n - 1) * (e2 - e1)
+  longer, the line through both. Either may be negative (the calibration slower than the
+  engine); a step never shrinks below half its engine time. The bursts keep every engine
+  streaming at once and start a request whenever one ends, more than Poisson arrivals at 0.5-2
+  req/s do: against a calibration of each engine alone they measured +1.3 to +4.6 ms, and the
+  simulated TPOT came out up to 70% high.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

@@ -230,3 +230,6 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("both")
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
+    # Unasked, the path-CPU form: it came closest since the engines are calibrated one at a time.
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir),
+                         "colocated").host == host_of("cpu")

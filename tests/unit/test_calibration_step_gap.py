@@ -44,3 +44,12 @@ def test_the_calibrated_model_predicts_execution_plus_the_median_gap():
     assert gapped.median_abs_rel_error == pytest.approx(plain.median_abs_rel_error)  # fit on execution
     assert gapped.summary()["execute_overhead_s"] == pytest.approx(plain.model.overhead_s)
     assert isinstance(gapped.model, StepTimeModel)
+
+
+def test_the_calibration_says_how_the_engines_were_probed():
+    kv = KVGeometry.from_hf_config(HF, 32, None)
+    samples = [{"prefill_tokens": n, "prefill_context": 0, "decode_contexts": [], "duration_s": 0.002 + n * 1e-5}
+               for n in (64, 256, 1024)]
+    assert fit_step_model(HF, kv, samples).summary()["probed"] == "all engines at once"
+    alone = fit_step_model(HF, kv, samples, one_at_a_time=True)
+    assert alone.one_at_a_time and alone.summary()["probed"] == "one engine at a time"
