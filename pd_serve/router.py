@@ -38,6 +38,11 @@ from transfer.link_model import LinkFit, LinkModelRegistry, engine_overhead_s, f
 logger = logging.getLogger(__name__)
 
 LOAD_POLL_INTERVAL_S = 0.25
+# A worker that begins a call this long after the router made it has left the request waiting
+# outside its engine. Seen on 2026-12-01 (README, "Late starts"): 0.6-0.9 s, several calls begun
+# together, the engine idle meanwhile; the cause is not found. Counted and logged so it shows.
+# (Both times are wall clocks; across nodes they differ by the clocks' skew, far below this.)
+LATE_START_S = 0.1
 # Blocks per warm-up transfer of each pair: the first pays the NIXL handshake; the rest measure
 # what vLLM's load path adds to the probed link. Nine of them: identical transfers swing 4x on a
 # busy CPU host, and with five one run's median excess came out 5.5 ms where 2.4-4 ms is usual.
@@ -346,10 +351,15 @@ class Router:
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
         try:
+            t_call = time.time()
             gen = self.workers[pid].generate.options(num_returns="streaming").remote(
                 rid + "-prefill", token_ids, params, dict(PREFILL_KV_PARAMS))
             async for ref in gen:
-                last = await ref
+                if last is None:
+                    last = await ref
+                    self._note_start(rid, pid, t_call, last)
+                else:
+                    last = await ref
         except Exception as err:
             if not _is_actor_failure(err):
                 raise
@@ -376,6 +386,7 @@ class Router:
             self.queued_prefill_tokens[wid] += len(token_ids)
         first = True
         try:
+            t_call = time.time()
             gen = self.workers[wid].generate.options(num_returns="streaming").remote(
                 rid, token_ids, req.sampling_params(), kv_params)
             async for ref in gen:
@@ -385,6 +396,7 @@ class Router:
                     self.queued_prefill_tokens[wid] -= len(token_ids)
                 if first:
                     first = False
+                    self._note_start(rid, wid, t_call, item)
                     transfers = item.get("transfers") or []
                     if transfers:
                         result.kv_transfer_bytes = sum(t["num_bytes"] for t in transfers)
@@ -405,6 +417,13 @@ class Router:
             self.inflight[wid] -= 1
             if first and kv_params is None:
                 self.queued_prefill_tokens[wid] -= len(token_ids)
+
+    def _note_start(self, rid: str, wid: str, t_call: float, first_item: dict) -> None:
+        """Count and log a worker that began a call late (LATE_START_S)."""
+        delay = first_item.get("t_start", t_call) - t_call
+        if delay > LATE_START_S:
+            self.counters["late_worker_starts"] += 1
+            logger.warning("request %s: worker %s began it %.3f s after the router called", rid, wid, delay)
 
     # ---- start-up ----------------------------------------------------------------------------
     async def warm_handshakes(self) -> dict:

@@ -201,6 +201,7 @@ class EngineWorker(ProbeHost):
                     first = False
                     if is_local_prefill:
                         self.num_queued_prefill_tokens -= len(prompt_token_ids)
+                    item["t_start"] = t_submit  # when this call began here (the router's LATE_START_S)
                     item["num_cached_tokens"] = out.num_cached_tokens or 0
                     if is_remote_decode:  # one READ per remote TP rank
                         ranks = int(kv_transfer_params.get("tp_size") or 1)
