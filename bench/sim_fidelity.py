@@ -62,7 +62,7 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 # Since the engines are calibrated one at a time (2026-12-01, `pd_serve.deployment._calibrate`),
-# the path-CPU form came closest on both fresh runs (35 and 29 of 36; bench.simulator.host).
+# the path-CPU form came closest on three fresh runs (35, 29, 30 of 36; bench.simulator.host).
 DEFAULT_HOST_FORM = "cpu"
 GIB = 1 << 30
 
@@ -347,7 +347,7 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     link, path, host = cal["link"], cal.get("request_path") or {}, cal.get("host") or {}
     gflops = 1e-9 / cal["s_per_linear_flop"] if cal["s_per_linear_flop"] else float("inf")
     fit = cal.get("calibration") or {}
-    # Records before 2026-12-01 05:00 do not say (until that morning the engines were all probed at once).
+    # Records from before the field (2026-12-01) do not say; until that morning all were probed at once.
     line = (f"calibrated {fit.get('probed', '(how not recorded)')}: step overhead "
             f"{cal['overhead_s'] * 1e3:.2f} ms (step gap {_ms(fit.get('step_gap_s'))} ms), "
             f"{gflops:.1f} linear GFLOP/s, "

@@ -20,8 +20,8 @@ nothing fitted to the run:
   when the engines were still calibrated all at once: each engine's decode probes then ran
   beside the other engine's, so the calibrated steps already held part of the slowdown, and
   this form added it again (the likely reason; not proven). Since the engines are calibrated
-  one at a time, it came closest on two fresh runs: 35 and 29 of 36 figures within 20%, against
-  25 and 24 for the measured steps and 24 and 21 for private cores.
+  one at a time, it came closest on three fresh runs: 35, 29 and 30 of 36 figures within 20%,
+  against 25, 24 and 27 for the measured steps and 24, 21 and 22 for private cores.
 - measured steps (`step_excess_1_s` and `step_excess_2_s` set; `--host steps`): the live
   engines' decode steps ran longer than their calibration by those medians with one and with
   two requests streaming (short bursts); a step streaming n tokens takes e1 + (n - 1) * (e2 - e1)
