@@ -10,16 +10,16 @@ starts under this process. Three windows, read from the processes' CPU times:
 The bursts go through `bench.run.run_workload`, the benchmarks' own client.
 
 The bursts keep two requests per decode-capable engine in flight. The many-token burst, and
-the same requests once more with one per engine, also give what the simulator's host model
-uses: how much longer each decode step is than the deployment's start-up calibration says (the
-calibration runs its probes with nothing streaming), with one and with two requests streaming
+the same requests once more with one per engine, also give what the simulator's other host
+form (`--host steps`) uses: how much longer each decode step is than the start-up calibration
+says (the calibration runs its probes with nothing streaming), with one and with two requests streaming
 from the engine. Every gap between two tokens of a request is one step of its decode worker,
 with as many requests decoding there as were streaming from it at that moment; its excess is
 the gap less the calibrated step for that batch; the medians are `step_excess_1_s` and
 `step_excess_2_s`. They catch whatever streaming costs the engines on this host that day (the
 path's CPU on the engines' cores, the engine loop waiting for a core, other tenants) and the
-calibration's own error on small decode batches (`bench.simulator.host` says why the path's
-CPU per token is not enough).
+calibration's own error on small decode batches (`bench.simulator.host` compares the two
+forms; the path's CPU per token is the default).
 """
 from __future__ import annotations
 

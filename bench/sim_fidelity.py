@@ -9,9 +9,10 @@
    coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
    loop's measured step gap), the P->D link (alpha, beta) and the request path
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
-   (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, with one
-   and with two requests streaming, in short bursts; `--host cpu` takes the path's CPU per
-   token over the free cores instead, `--host none` leaves the host out). For a summary without
+   (`bench.host_cpu`: the path's CPU per streamed token, which by default each step takes over
+   the free cores; `--host steps` takes instead how much longer the engines' decode steps ran
+   than calibrated, with one and with two requests streaming, in short bursts; `--host none`
+   leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.

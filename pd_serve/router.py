@@ -355,11 +355,10 @@ class Router:
             gen = self.workers[pid].generate.options(num_returns="streaming").remote(
                 rid + "-prefill", token_ids, params, dict(PREFILL_KV_PARAMS))
             async for ref in gen:
+                item = await ref
                 if last is None:
-                    last = await ref
-                    self._note_start(rid, pid, t_call, last)
-                else:
-                    last = await ref
+                    self._note_start(rid, pid, t_call, item)
+                last = item
         except Exception as err:
             if not _is_actor_failure(err):
                 raise

@@ -1,6 +1,6 @@
-"""The simulator's CPU host: a step that streams tokens takes the decode steps' measured excess
-over the calibration (a line through one and two streams), or (the older form) the request
-path's CPU for its tokens over the free cores."""
+"""The simulator's CPU host: a step that streams tokens takes the request path's CPU for its
+tokens over the free cores (the default form), or the decode steps' measured excess over the
+calibration (a line through one and two streams)."""
 from __future__ import annotations
 
 from dataclasses import replace
