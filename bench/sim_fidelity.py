@@ -32,7 +32,7 @@ import copy
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -62,7 +62,7 @@ COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_pe
 HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_s", "step_excess_2_s"),
                                           "cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
-# Since the engines are calibrated one at a time (2026-12-01, `pd_serve.deployment._calibrate`),
+# With the engines calibrated one at a time (2026-12-01, `measure_deployment`),
 # the path-CPU form came closest on three fresh runs (35, 29, 30 of 36; bench.simulator.host).
 DEFAULT_HOST_FORM = "cpu"
 GIB = 1 << 30
@@ -128,7 +128,14 @@ def calibrate_live(config_path: str = CALIBRATION_CONFIG) -> dict[str, Any]:
 
 def measure_deployment(dep: Any) -> dict[str, Any]:
     """What the simulator needs of a live deployment, measured on it while it is idle: the step
-    model (with the step gap), the start-up link models, the request path and its CPU."""
+    model (with the step gap), the start-up link models, the request path and its CPU.
+
+    The step model is measured again with each engine probed alone (the router's own probes all
+    engines at once): the simulator adds the host's load itself (`bench.simulator.host`), and
+    the request path and the host are measured against this calibration too."""
+    from pd_serve.deployment import calibrate_engines
+
+    dep = replace(dep, calibration=calibrate_engines(dep.workers, dep.infos, one_at_a_time=True))
     path = measure_request_path(dep)
     print(f"    request path: colocated {_ms(path.colocated_s)} ms, disaggregated "
           f"{_ms(path.disaggregated_s)} ms (step gap {_ms(path.step_gap_s)} ms)", file=sys.stderr, flush=True)
@@ -143,7 +150,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:
     """The calibrated `StepTimeModel`: `model_spec`/`kv_geometry` if given, else from `hf_config`
-    (+ `block_size`, `kv_dtype`) as `pd_serve.deployment._calibrate` builds them."""
+    (+ `block_size`, `kv_dtype`) as `pd_serve.deployment.calibrate_engines` builds them."""
     if "model_spec" in cal:
         spec = ModelSpec(**cal["model_spec"])
         kv = KVGeometry(**cal["kv_geometry"])

@@ -253,8 +253,7 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
                    for s in specs}
         infos = dict(zip(workers, ray.get([w.start.remote() for w in workers.values()])))
         child_pids = _engine_child_pids(workers)
-        calibration = (_calibrate(workers, infos, one_at_a_time=device == "cpu")
-                       if cfg.scheduler.calibrate else None)
+        calibration = calibrate_engines(workers, infos) if cfg.scheduler.calibrate else None
         from pd_serve.router import Router
 
         router_opts: dict[str, Any] = {"num_cpus": cfg.router.num_cpus, "max_concurrency": 10000}
@@ -302,15 +301,19 @@ def _start_frontend(dep: Deployment, model: str, settings: FrontendSettings,
                 dep.addresses.http)
 
 
-def _calibrate(workers: dict[str, Any], infos: dict[str, WorkerInfo], one_at_a_time: bool):
+def calibrate_engines(workers: dict[str, Any], infos: dict[str, WorkerInfo], one_at_a_time: bool = False):
     """Probe the engines and fit one step-time model to all their steps.
 
-    `one_at_a_time`: on a CPU host the engines share the socket's caches and memory bandwidth,
-    and probing them all at once measured each step under a neighbour's full load, which serving
-    at moderate rates rarely sees. On 2026-12-01, with two engines on two cores, the fit from
-    probes run together over-predicted long prompts served alone by 23-29%; probed one at a time,
-    by 6-14% (2,048-token chunks took 150 ms against 168-175 ms). GPUs are separate devices:
-    probe them together.
+    The router's model (deploy) probes all engines at once. On a CPU host the engines then share
+    the socket's caches and memory bandwidth, so each step is measured under a neighbour's load,
+    as serving at once on both engines sees it; the router has no other account of that load.
+    `one_at_a_time` gives each engine's steps alone, for a model that adds the host's load
+    itself (the simulator's, `bench.sim_fidelity`). On 2026-12-01, with two engines on two
+    cores: probed together, long prompts served alone came out 23-29% faster than predicted, and
+    6-14% probed one at a time (2,048-token chunks: 168-175 ms against 150-160 ms); but the
+    router's predictions on its concurrent mixed workload (`bench.prediction_accuracy`, 20
+    requests, 2 at a time) had a median error of 0.16 and 0.31 with the probes together, against
+    0.33 and 0.38 one at a time.
     """
     import ray
 
