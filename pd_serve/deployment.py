@@ -310,10 +310,11 @@ def calibrate_engines(workers: dict[str, Any], infos: dict[str, WorkerInfo], one
     `one_at_a_time` gives each engine's steps alone, for a model that adds the host's load
     itself (the simulator's, `bench.sim_fidelity`). On 2026-12-01, with two engines on two
     cores: probed together, long prompts served alone came out 23-29% faster than predicted, and
-    6-14% probed one at a time (2,048-token chunks: 168-175 ms against 150-160 ms); but the
+    6-14% probed one at a time (2,048-token chunks: 168-175 ms against 150-160 ms). For the
     router's predictions on its concurrent mixed workload (`bench.prediction_accuracy`, 20
-    requests, 2 at a time) had a median error of 0.16 and 0.31 with the probes together, against
-    0.33 and 0.38 one at a time.
+    requests, 2 at a time) the evidence does not decide: median errors 0.16-0.40 (six runs,
+    median 0.31) with the probes together, 0.33-0.38 (three runs) one at a time. The router
+    keeps the probes together, as it had them before 2026-12-01.
     """
     import ray
 
