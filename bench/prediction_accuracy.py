@@ -1,8 +1,11 @@
 """How well the router's predicted TTFT matches the actual, live, over a mixed workload.
 
 `python -m bench.prediction_accuracy [--config configs/hybrid.yaml] [--requests 24] [--concurrency 2]`
-prints per request the route, predicted and actual TTFT, and the median absolute relative error
-per route and overall. The integration test runs `run_mixed_workload` on a live deployment.
+prints per request the route, predicted and actual TTFT, the part of it inside the engines
+(predicted and measured by vLLM's own timestamps; disaggregated: prefill worker + decode worker)
+and the path outside them (predicted: the router's recent median; measured), and the median
+absolute relative error per route and overall. The integration test runs `run_mixed_workload` on
+a live deployment.
 """
 from __future__ import annotations
 
@@ -73,6 +76,21 @@ def median_rel_error(outcomes: list[Outcome], route: str | None = None) -> float
     return statistics.median(errs) if errs else float("nan")
 
 
+def _split_ms(entry: dict | None, ttft_s: float) -> list[float | None]:
+    """[engines predicted, engines measured, path predicted, path measured] in ms (None: the
+    router logged no prediction or an engine kept no timestamps)."""
+    if entry is None:
+        return [None] * 4
+    route, predicted = entry["route"], entry["predicted"]
+    path_predicted_s = predicted.get(f"{route}.path_s", 0.0)
+    inside = [entry["engine_s"].get(n) for n in (("prefill", "decode") if route == "disaggregated"
+                                                  else ("decode",))]
+    engines_s = sum(inside) if all(x is not None for x in inside) else None
+    return [(entry["predicted_ttft_s"] - path_predicted_s) * 1e3,
+            engines_s and engines_s * 1e3, path_predicted_s * 1e3,
+            engines_s and (ttft_s - engines_s) * 1e3]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/hybrid.yaml")
@@ -83,13 +101,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from pd_serve import deploy
 
+    import ray
+
     with deploy(args.config) as dep:
         if dep.calibration:
             print("calibration:", dep.calibration.summary())
         outcomes = run_mixed_workload(dep, args.requests, args.concurrency)
+        logged = {e["request_id"]: e for e in ray.get(dep.router.prediction_errors.remote())}
     rows = [[o.num_prompt_tokens, o.route, o.predicted_ttft_s and o.predicted_ttft_s * 1e3,
-             o.ttft_s * 1e3, o.rel_error] for o in outcomes]
-    print(format_table(["prompt tok", "route", "predicted ms", "actual ms", "rel error"], rows))
+             o.ttft_s * 1e3, o.rel_error, *_split_ms(logged.get(o.request_id), o.ttft_s)]
+            for o in outcomes]
+    print(format_table(["prompt tok", "route", "predicted ms", "actual ms", "rel error",
+                        "engines predicted ms", "engines ms", "path predicted ms", "path ms"], rows))
     if args.explain:
         for i, o in enumerate(outcomes):
             print(f"{i:>3} {o.num_prompt_tokens:>5} {o.route:<13} {o.ttft_s * 1e3:7.1f} ms: {o.reason}")

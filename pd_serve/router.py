@@ -27,6 +27,8 @@ from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
 from schedulers.feedback import TtftFeedback
+from schedulers.path_estimate import RecentMedian
+from schedulers.prefill_queues import PrefillQueues
 from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import StepTimeModel
@@ -83,7 +85,7 @@ class Router:
         self.healthy = {wid: True for wid in workers}
         self.loads: dict[str, dict] = {wid: {} for wid in workers}
         self.inflight = collections.Counter()
-        self.queued_prefill_tokens = collections.Counter()
+        self.prefill_queues = PrefillQueues()
         any_info = next(iter(infos.values()))
         self.vocab_size = any_info.vocab_size
         self.max_model_len = min(i.max_model_len for i in infos.values())
@@ -92,6 +94,8 @@ class Router:
         self.base_step_model = step_model  # as calibrated at start-up
         self.step_model = step_model       # scaled by the TTFT feedback as the machine drifts
         self.feedback = TtftFeedback()
+        # What TTFTs hold outside the engines, measured per request (path_estimate.py).
+        self.paths = {route: RecentMedian() for route in ("colocated", "disaggregated")}
         self._step_scale = 1.0
         self.slo_table = config.scheduler.slo.table()
         # The chunk that interferes with decodes is the decode-capable workers' token budget.
@@ -160,6 +164,7 @@ class Router:
 
     # ---- views -----------------------------------------------------------------------------
     def view(self) -> ClusterView:
+        now = time.time()
         workers = []
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
@@ -168,12 +173,14 @@ class Router:
                 num_running=int(load.get("num_running", 0)), num_waiting=int(load.get("num_waiting", 0)),
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
-                num_queued_prefill_tokens=self.queued_prefill_tokens[wid],
+                num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
+                queue_elapsed_s=self.prefill_queues.elapsed_s(wid, now),
                 max_model_len=info.max_model_len))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
-        return ClusterView(workers=tuple(workers), links=links, kv_bytes_per_token=any_geo.bytes_per_token)
+        return ClusterView(workers=tuple(workers), links=links, kv_bytes_per_token=any_geo.bytes_per_token,
+                           path_s={route: m.value for route, m in self.paths.items()})
 
     def _with_predictions(self, decision: Decision, info: RequestInfo, view: ClusterView) -> Decision:
         """The decision with the calibrated cost model's predictions for the route taken, whichever
@@ -183,8 +190,9 @@ class Router:
         by_id = {w.worker_id: w for w in view.workers}
         slos = self.slo_table.for_request(info)
         decode = by_id[decision.decode_worker]
+        path_s = view.path_s.get(decision.route, 0.0)
         if decision.route == "colocated":
-            route = self.predictor.colocated(info, decode, slos)
+            route = self.predictor.colocated(info, decode, slos, path_s)
         else:
             link = view.link(decision.prefill_worker, decision.decode_worker)
             if link is None:
@@ -192,7 +200,7 @@ class Router:
             prefill = by_id[decision.prefill_worker]
             kv_bytes = self.geometry[decision.decode_worker].bytes_for_tokens(info.num_prompt_tokens)
             part = self.predictor.prefill_on(info, prefill)
-            route = self.predictor.disaggregated(info, prefill, decode, part, link, kv_bytes, slos)
+            route = self.predictor.disaggregated(info, prefill, decode, part, link, kv_bytes, slos, path_s)
         return Decision(decision.route, decision.decode_worker, decision.prefill_worker,
                         decision.reason, route.ttft_s, {**decision.predictions, **route.as_dict()})
 
@@ -262,8 +270,10 @@ class Router:
                     decision.decode_worker, decision.reason)
         kv_params = None
         prefill_worker = None
+        engine_s: dict[str, float | None] = {}  # each worker's TTFT inside its engine
         if decision.route == "disaggregated":
-            kv_params, fallback = await self._remote_prefill(rid, token_ids, req, decision)
+            kv_params, fallback, engine_s["prefill"] = await self._remote_prefill(
+                rid, token_ids, req, decision)
             prefill_worker = decision.prefill_worker if kv_params else None
         decode_worker = decision.decode_worker
         t_decode_start = time.time()  # [frontdoors]
@@ -274,7 +284,7 @@ class Router:
             kv_transfer_s=None, finish_reason=None, num_prompt_tokens=len(token_ids),
             predicted_ttft_s=decision.predicted_ttft_s, decision_reason=decision.reason,
             fallback=fallback)
-        async for item in self._decode(rid, token_ids, req, decode_worker, kv_params, result):
+        async for item in self._decode(rid, token_ids, req, decode_worker, kv_params, result, engine_s):
             yield item
         result.e2e_s = time.time() - t_arrival
         if result.token_times:
@@ -283,31 +293,47 @@ class Router:
         result.text = self._tokenizer.decode(result.token_ids, skip_special_tokens=True)
         self.counters["requests_finished"] += 1
         prefill_s = prefill_time_s(result, t_dispatch, t_decode_start)
-        self._observe_actuals(result, decision, prefill_s)
+        self._observe_actuals(result, decision, engine_s)
         self.metrics.observe_result(result, prefill_s)  # [frontdoors]
         yield {"type": "result", "result": result.to_dict()}
 
     def _observe_actuals(self, result: GenerateResult, decision: Decision,
-                         prefill_s: float | None) -> None:
+                         engine_s: dict[str, float | None]) -> None:
         """Feed what really happened back: the link model learns every transfer; the step
-        model's speed factor learns from every prefill."""
+        model's speed factor learns from every prefill inside its engine; the route's path
+        from every TTFT."""
         if result.route == "disaggregated" and result.kv_transfer_bytes > 0 and result.kv_transfer_s:
             self.links.observe(result.prefill_worker, result.decode_worker, result.kv_transfer_bytes,
                                result.kv_transfer_s)
         if result.predicted_ttft_s is None or result.ttft_s <= 0 or result.fallback is not None:
             return
-        self.prediction_log.append((result.route, result.predicted_ttft_s, result.ttft_s))
-        # The speed factor compares the prefill's queue + compute, not the whole TTFT: a
-        # disaggregated request's wait on a decode worker that later arrivals keep busy says
-        # nothing about how fast the engines run, and scaling every step by it would make all
+        entry = {"request_id": result.request_id, "route": result.route,
+                 "num_prompt_tokens": result.num_prompt_tokens,
+                 "predicted_ttft_s": result.predicted_ttft_s, "ttft_s": result.ttft_s,
+                 "predicted": dict(decision.predictions), "engine_s": dict(engine_s),
+                 "t_arrival": result.token_times[0] - result.ttft_s if result.token_times else None}
+        self.prediction_log.append(entry)
+        # The speed factor compares the prefill's queue + compute inside its engine, not the whole
+        # TTFT: a disaggregated request's wait on a decode worker that later arrivals keep busy
+        # says nothing about how fast the engines run, and scaling every step by it would make all
         # predictions, colocated ones included, too slow (seen here: 600-token prompts
-        # predicted at 110 ms while they took 75).
+        # predicted at 110 ms while they took 75); nor does the path, a few ms per request that
+        # made short prompts look 30-50% slow.
         predicted_prefill_s = (decision.predictions.get(f"{result.route}.queue_s", 0.0)
                                + decision.predictions.get(f"{result.route}.prefill_s", 0.0))
+        prefill_s = engine_s.get("prefill" if result.route == "disaggregated" else "decode")
+        self._learn_path(result, engine_s)
         if prefill_s and predicted_prefill_s > 0:
             scale = self._scale_at_decision.get(result.request_id, self._step_scale)
             self.feedback.observe(predicted_prefill_s / scale, prefill_s)
             self._follow_feedback()
+
+    def _learn_path(self, result: GenerateResult, engine_s: dict[str, float | None]) -> None:
+        """The route's path: the TTFT less each engine's share of it."""
+        names = ("prefill", "decode") if result.route == "disaggregated" else ("decode",)
+        inside = [engine_s.get(n) for n in names]
+        if all(x is not None for x in inside):
+            self.paths[result.route].observe(result.ttft_s - sum(inside))
 
     def _follow_feedback(self) -> None:
         """Rescale the step model when the feedback factor moved by more than 2%."""
@@ -320,8 +346,9 @@ class Router:
         if self.config.scheduler.policy == "adaptive":
             self.auto_policy = self._build_auto_policy()
 
-    async def prediction_errors(self) -> list[tuple[str, float, float]]:
-        """(route, predicted TTFT s, actual TTFT s) of recent requests that had a prediction."""
+    async def prediction_errors(self) -> list[dict]:
+        """Recent requests that had a prediction: route, predicted and actual TTFT, the named
+        predictions and each worker's TTFT inside its engine (seconds)."""
         return list(self.prediction_log)
 
     async def handles(self) -> dict[str, Any]:
@@ -343,11 +370,12 @@ class Router:
         return out
 
     async def _remote_prefill(self, rid: str, token_ids: list[int], req: GenerateRequest,
-                              decision: Decision) -> tuple[dict | None, str | None]:
-        """Run the prompt on the prefill worker; on its failure say why and prefill locally."""
+                              decision: Decision) -> tuple[dict | None, str | None, float | None]:
+        """Run the prompt on the prefill worker: its KV params, else why not (the caller then
+        prefills locally), and the prompt's TTFT inside the prefill engine."""
         pid = decision.prefill_worker
         self.inflight[pid] += 1
-        self.queued_prefill_tokens[pid] += len(token_ids)
+        self.prefill_queues.sent(pid, rid, len(token_ids), time.time())
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
         try:
@@ -366,23 +394,24 @@ class Router:
             self.counters["route_fallbacks"] += 1
             reason = f"prefill worker {pid} failed ({type(err).__name__}); prefilled locally"
             logger.warning("request %s: %s", rid, reason)
-            return None, reason
+            return None, reason, None
         finally:
             self.inflight[pid] -= 1
-            self.queued_prefill_tokens[pid] -= len(token_ids)
+            self.prefill_queues.prefilled(pid, rid)
         kv_params = (last or {}).get("kv_transfer_params")
         if not kv_params:
             self.counters["route_fallbacks"] += 1
             reason = f"prefill worker {pid} returned no kv_transfer_params; prefilled locally"
             logger.warning("request %s: %s", rid, reason)
-            return None, reason
-        return kv_params, None
+            return None, reason, None
+        return kv_params, None, last.get("engine_ttft_s")
 
     async def _decode(self, rid: str, token_ids: list[int], req: GenerateRequest, wid: str,
-                      kv_params: dict | None, result: GenerateResult) -> AsyncIterator[dict]:
+                      kv_params: dict | None, result: GenerateResult,
+                      engine_s: dict[str, float | None] | None = None) -> AsyncIterator[dict]:
         self.inflight[wid] += 1
         if kv_params is None:
-            self.queued_prefill_tokens[wid] += len(token_ids)
+            self.prefill_queues.sent(wid, rid, len(token_ids), time.time())
         first = True
         try:
             t_call = time.time()
@@ -392,10 +421,12 @@ class Router:
                 item = await ref
                 now = time.time()
                 if first and kv_params is None:
-                    self.queued_prefill_tokens[wid] -= len(token_ids)
+                    self.prefill_queues.prefilled(wid, rid)
                 if first:
                     first = False
                     self._note_start(rid, wid, t_call, item)
+                    if engine_s is not None:
+                        engine_s["decode"] = item.get("engine_ttft_s")
                     transfers = item.get("transfers") or []
                     if transfers:
                         result.kv_transfer_bytes = sum(t["num_bytes"] for t in transfers)
@@ -415,7 +446,7 @@ class Router:
         finally:
             self.inflight[wid] -= 1
             if first and kv_params is None:
-                self.queued_prefill_tokens[wid] -= len(token_ids)
+                self.prefill_queues.prefilled(wid, rid)
 
     def _note_start(self, rid: str, wid: str, t_call: float, first_item: dict) -> None:
         """Count and log a worker that began a call late (LATE_START_S)."""
@@ -467,7 +498,7 @@ class Router:
         ids = random_prompt(num_tokens, rid, self.vocab_size)
         dec = Decision(route="disaggregated", decode_worker=d, prefill_worker=p, reason="warm-up")
         req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1)
-        kv, fb = await self._remote_prefill(rid, ids, req, dec)
+        kv, fb, _ = await self._remote_prefill(rid, ids, req, dec)
         if kv is None:
             raise RuntimeError(f"handshake warm-up {p}->{d} failed: {fb}")
         res = GenerateResult(rid, [], "", "disaggregated", 0, 0, [], p, d, 0, None, None)

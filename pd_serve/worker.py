@@ -88,6 +88,16 @@ def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
     return AsyncEngineArgs(**kwargs)
 
 
+def _engine_ttft_s(out, t_submit_mono: float) -> float | None:
+    """Seconds from handing the request to the engine (`t_submit_mono`, time.monotonic()) to the
+    engine core's output of the step that sampled its first token (vLLM's own timestamp, the same
+    monotonic clock): the request's TTFT inside the engine, the step the core was in when the
+    request came included, the way to and from the engine not. None when vLLM kept no request
+    stats."""
+    first = getattr(getattr(out, "metrics", None), "first_token_ts", 0.0)
+    return first - t_submit_mono if first >= t_submit_mono else None
+
+
 class EngineWorker(ProbeHost):
     """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`.
 
@@ -187,6 +197,7 @@ class EngineWorker(ProbeHost):
         is_remote_decode = bool(kv_transfer_params and kv_transfer_params.get("do_remote_prefill"))
         is_local_prefill = not is_remote_decode
         t_submit = time.time()
+        t_submit_mono = time.monotonic()
         self.num_inflight += 1
         if is_local_prefill:
             self.num_queued_prefill_tokens += len(prompt_token_ids)
@@ -203,6 +214,7 @@ class EngineWorker(ProbeHost):
                         self.num_queued_prefill_tokens -= len(prompt_token_ids)
                     item["t_start"] = t_submit  # when this call began here (the router's LATE_START_S)
                     item["num_cached_tokens"] = out.num_cached_tokens or 0
+                    item["engine_ttft_s"] = _engine_ttft_s(out, t_submit_mono)
                     if is_remote_decode:  # one READ per remote TP rank
                         ranks = int(kv_transfer_params.get("tp_size") or 1)
                         item["transfers"] = [vars(r) for r in self._stats.claim_transfers(t_submit, ranks)]

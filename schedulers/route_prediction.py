@@ -3,7 +3,8 @@
 For a worker W that prefills the request (chunks of `chunk_tokens`, alongside the decodes
 running on W, each assumed at `decode_context_tokens` of context):
 
-    queue_s    = sum of the step times that prefill W's queued prompt tokens
+    queue_s    = sum of the step times that prefill W's queued prompt tokens, less the time W
+                 has already worked on them (WorkerView.queue_elapsed_s), never below 0
     prefill_s  = sum of the step times of the request's own chunks
     itl_s      = the longest of those steps: the inter-token gap W's running decodes see
                  (0 when nothing decodes on W)
@@ -11,14 +12,20 @@ running on W, each assumed at `decode_context_tokens` of context):
     engine_s   = prefill_s minus what those steps would have cost for the decodes alone
 
 Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples the first token)
+                                  + path_s
 Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s
+                                  + decode_wait_s + first_step_s(D) + path_s
     transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
-                   + decode_wait_s + first_step_s(D)
     first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
                    decode side recomputes it) and samples the first token, beside D's decodes
     decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s)): vLLM runs
                    the prompts D is already prefilling first, with its whole token budget, so the
                    loaded request starts only once they are done.
+                   Prompts reaching D after this decision, which vLLM also runs first, are not
+                   seen: a shipped-in request can wait for them (measured here: 130-330 ms on a
+                   decode worker busy with local prefills, against 8-10 ms predicted).
+    path_s       = the route's seconds outside the engines (ClusterView.path_s; measured, 0
+                   until then: schedulers/path_estimate.py).
 """
 from __future__ import annotations
 
@@ -54,11 +61,12 @@ class RoutePrediction:
     ttft_slo_s: float
     tpot_slo_s: float
     decode_wait_s: float = 0.0  # disaggregated: KV arrived, D still busy with its queued prefills
+    path_s: float = 0.0         # outside the engines (measured)
 
     @property
     def ttft_s(self) -> float:
         return (self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.decode_wait_s
-                + self.first_step_s)
+                + self.first_step_s + self.path_s)
 
     @property
     def decoder_engine_s(self) -> float:
@@ -88,6 +96,7 @@ class RoutePrediction:
         values = {"ttft_s": self.ttft_s, "queue_s": self.prefill.queue_s,
                   "prefill_s": self.prefill.prefill_s, "transfer_s": self.transfer_s,
                   "first_step_s": self.first_step_s, "decode_wait_s": self.decode_wait_s,
+                  "path_s": self.path_s,
                   "itl_s": self.prefill.itl_s,
                   "extra_itl_s": self.prefill.extra_itl_s,
                   "engine_s": self.engine_s, "violation": self.violation}
@@ -112,11 +121,16 @@ class RoutePredictor:
             return []
         return [self.decode_context_tokens] * worker.num_running
 
+    def queue_s(self, worker: WorkerView) -> float:
+        """Seconds until `worker` has prefilled the prompts queued on it."""
+        steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
+                                                        self.chunk_tokens, self.decode_contexts(worker))
+        return max(0.0, sum(steps) - worker.queue_elapsed_s) if steps else 0.0
+
     def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
         """The request's queue wait and chunked prefill on `worker`."""
         model, decodes = self.step_model, self.decode_contexts(worker)
-        queue_s = sum(model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
-                                                    self.chunk_tokens, decodes))
+        queue_s = self.queue_s(worker)
         # vLLM computes at least the last prompt token, even on a full prefix-cache hit.
         num_new = max(1, request.num_uncached_tokens)
         num_context = max(0, request.num_prompt_tokens - num_new)
@@ -128,13 +142,14 @@ class RoutePredictor:
         return PrefillPart(queue_s, sum(steps_s), itl_s, extra_itl_s, engine_s)
 
     def colocated(self, request: RequestInfo, worker: WorkerView,
-                  slos: tuple[float, float]) -> RoutePrediction:
+                  slos: tuple[float, float], path_s: float = 0.0) -> RoutePrediction:
         part = self.prefill_on(request, worker)
-        return RoutePrediction(ROUTE_COLOCATED, worker, None, part, 0.0, 0.0, part.engine_s, *slos)
+        return RoutePrediction(ROUTE_COLOCATED, worker, None, part, 0.0, 0.0, part.engine_s, *slos,
+                               path_s=path_s)
 
     def disaggregated(self, request: RequestInfo, prefill: WorkerView, decode: WorkerView,
                       part: PrefillPart, link: LinkEstimate, kv_bytes: int,
-                      slos: tuple[float, float]) -> RoutePrediction:
+                      slos: tuple[float, float], path_s: float = 0.0) -> RoutePrediction:
         """`part`: `prefill_on(request, prefill)`; `kv_bytes`: the prompt's KV bytes to ship."""
         decodes = self.decode_contexts(decode)
         last_token_context = max(0, request.num_prompt_tokens - 1)
@@ -143,10 +158,9 @@ class RoutePredictor:
         transfer_s = link.predict_s(kv_bytes)
         # vLLM schedules running requests first: prompts D is already prefilling take its whole
         # token budget until they are done, and the loaded request (waiting) gets no step before.
-        d_queue_s = sum(self.step_model.chunked_prefill_steps_s(decode.num_queued_prefill_tokens, 0,
-                                                                self.chunk_tokens, decodes))
+        d_queue_s = self.queue_s(decode)
         kv_ready_s = part.queue_s + part.prefill_s + transfer_s
         decode_wait_s = max(0.0, d_queue_s - kv_ready_s)
         return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, transfer_s,
                                first_step_s, part.engine_s + first_step_engine_s, *slos,
-                               decode_wait_s=decode_wait_s)
+                               decode_wait_s=decode_wait_s, path_s=path_s)

@@ -56,6 +56,9 @@ class WorkerView:
     num_inflight: int = 0
     num_queued_prefill_tokens: int = 0
     max_model_len: int = 0  # the engine's limit on prompt + output tokens; 0: not known
+    # Seconds since the oldest prompt counted in num_queued_prefill_tokens was sent here: the
+    # engine has been working through that queue this long (0: empty, or not tracked).
+    queue_elapsed_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -96,11 +99,14 @@ class LinkEstimate:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """The workers, the P->D links measured so far, and the model's KV bytes per token (0: unknown)."""
+    """The workers, the P->D links measured so far, the model's KV bytes per token (0: unknown),
+    and per route the seconds a TTFT spends outside the engines (`path_s`, measured; a route
+    missing from it: 0)."""
 
     workers: tuple[WorkerView, ...]
     links: Mapping[tuple[str, str], LinkEstimate] = field(default_factory=dict)
     kv_bytes_per_token: int = 0
+    path_s: Mapping[str, float] = field(default_factory=dict)
 
     def healthy(self, roles: Iterable[str]) -> list[WorkerView]:
         """Healthy workers whose role is in `roles`, in view order."""

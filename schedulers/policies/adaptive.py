@@ -8,8 +8,8 @@ from schedulers.candidates import COLOCATED_ROLES, all_pairs, serving
 from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
 from schedulers.step_time import StepTimeModel
-from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,
-                              RequestInfo)
+from schedulers.types import (ROUTE_COLOCATED, ROUTE_DISAGGREGATED, ClusterView, Decision,
+                              LinkEstimate, NoCandidateError, RequestInfo)
 
 
 def _candidate_key(p: RoutePrediction) -> tuple:
@@ -46,6 +46,8 @@ def _summary(p: RoutePrediction) -> str:
         if p.decode_wait_s:
             parts += f" + wait for {p.decode_worker.worker_id} {p.decode_wait_s:.3f}"
         parts += f" + first step {p.first_step_s:.3f}"
+    if p.path_s:
+        parts += f" + path {p.path_s:.3f}"
     verdict = "meets" if p.meets_slo else "misses"
     return (f"{p.route} on {p.where}: TTFT {p.ttft_s:.3f} s ({parts}) vs SLO {p.ttft_slo_s:.3f} s, "
             f"ITL inflicted {p.prefill.itl_s:.3f} s vs TPOT SLO {p.tpot_slo_s:.3f} s, "
@@ -105,12 +107,14 @@ class AdaptivePolicy:
     def _colocated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
         workers = serving(view, COLOCATED_ROLES, request)
         predictor, slos = self._predictor(), self._slos(request)
-        return [predictor.colocated(request, w, slos) for w in workers]
+        path_s = view.path_s.get(ROUTE_COLOCATED, 0.0)
+        return [predictor.colocated(request, w, slos, path_s) for w in workers]
 
     def _disaggregated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
         predictor, slos = self._predictor(), self._slos(request)
         kv_bytes = (view.kv_bytes_per_token * request.num_prompt_tokens if view.kv_bytes_per_token
                     else self.step_model.kv.bytes_for_tokens(request.num_prompt_tokens))
+        path_s = view.path_s.get(ROUTE_DISAGGREGATED, 0.0)
         parts = {}
         predictions = []
         for prefill, decode in all_pairs(view, request):
@@ -120,7 +124,7 @@ class AdaptivePolicy:
             if prefill.worker_id not in parts:
                 parts[prefill.worker_id] = predictor.prefill_on(request, prefill)
             predictions.append(predictor.disaggregated(request, prefill, decode, parts[prefill.worker_id],
-                                                       link, kv_bytes, slos))
+                                                       link, kv_bytes, slos, path_s))
         return predictions
 
     def _decision(self, chosen: RoutePrediction, others: Sequence[RoutePrediction],
