@@ -164,7 +164,6 @@ class Router:
 
     # ---- views -----------------------------------------------------------------------------
     def view(self) -> ClusterView:
-        now = time.time()
         workers = []
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
@@ -174,7 +173,6 @@ class Router:
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
-                queue_elapsed_s=self.prefill_queues.elapsed_s(wid, now),
                 max_model_len=info.max_model_len))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
@@ -375,7 +373,7 @@ class Router:
         prefills locally), and the prompt's TTFT inside the prefill engine."""
         pid = decision.prefill_worker
         self.inflight[pid] += 1
-        self.prefill_queues.sent(pid, rid, len(token_ids), time.time())
+        self.prefill_queues.sent(pid, rid, len(token_ids))
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
         try:
@@ -411,7 +409,7 @@ class Router:
                       engine_s: dict[str, float | None] | None = None) -> AsyncIterator[dict]:
         self.inflight[wid] += 1
         if kv_params is None:
-            self.prefill_queues.sent(wid, rid, len(token_ids), time.time())
+            self.prefill_queues.sent(wid, rid, len(token_ids))
         first = True
         try:
             t_call = time.time()

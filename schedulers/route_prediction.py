@@ -3,8 +3,7 @@
 For a worker W that prefills the request (chunks of `chunk_tokens`, alongside the decodes
 running on W, each assumed at `decode_context_tokens` of context):
 
-    queue_s    = sum of the step times that prefill W's queued prompt tokens, less the time W
-                 has already worked on them (WorkerView.queue_elapsed_s), never below 0
+    queue_s    = sum of the step times that prefill W's queued prompt tokens
     prefill_s  = sum of the step times of the request's own chunks
     itl_s      = the longest of those steps: the inter-token gap W's running decodes see
                  (0 when nothing decodes on W)
@@ -125,7 +124,7 @@ class RoutePredictor:
         """Seconds until `worker` has prefilled the prompts queued on it."""
         steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
                                                         self.chunk_tokens, self.decode_contexts(worker))
-        return max(0.0, sum(steps) - worker.queue_elapsed_s) if steps else 0.0
+        return sum(steps)
 
     def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
         """The request's queue wait and chunked prefill on `worker`."""

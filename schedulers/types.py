@@ -56,9 +56,6 @@ class WorkerView:
     num_inflight: int = 0
     num_queued_prefill_tokens: int = 0
     max_model_len: int = 0  # the engine's limit on prompt + output tokens; 0: not known
-    # Seconds since the oldest prompt counted in num_queued_prefill_tokens was sent here: the
-    # engine has been working through that queue this long (0: empty, or not tracked).
-    queue_elapsed_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -2,8 +2,8 @@
 
 Mirrors `pd_serve.router.Router`: the view holds the engines' running/waiting counts and KV
 usage (read here at the instant of arrival; the real router polls them every 0.25 s), the
-router's own counts of requests in flight and prompt tokens queued per worker with how long
-ago the oldest was sent, and the link estimate of every prefill/decode pair (the link's nominal line, as a probe would fit it). The view's path per
+router's own counts of requests in flight and prompt tokens queued per worker, and the link
+estimate of every prefill/decode pair (the link's nominal line, as a probe would fit it). The view's path per
 route stays 0: the simulator adds the measured request path to every request itself, and the
 live router's path (router to engine and back) is a part of that. The
 policy is called as `policy.decide(RequestInfo, ClusterView)`; when it finds no candidate, the
@@ -39,7 +39,6 @@ class SimRouter:
         self.num_inflight: collections.Counter[str] = collections.Counter()
         # Prompts sent to a worker for prefill whose first token (or KV) is not back yet.
         self.prefill_queues = PrefillQueues()
-        self.now_s = 0.0  # the simulation's clock at the last call
         self.num_fallbacks = 0
         self._fallback_policy = ColocatedPolicy()
 
@@ -47,13 +46,11 @@ class SimRouter:
         workers = tuple(WorkerView(
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
-            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
-            queue_elapsed_s=self.prefill_queues.elapsed_s(wid, self.now_s)) for wid, w in self.workers.items())
+            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid)) for wid, w in self.workers.items())
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
-    def decide(self, request: RequestInfo, now_s: float) -> Decision:
+    def decide(self, request: RequestInfo) -> Decision:
         """The policy's decision; NoCandidateError only when nothing can serve the request."""
-        self.now_s = now_s
         view = self.view()
         try:
             decision = self.policy.decide(request, view)
@@ -80,10 +77,10 @@ class SimRouter:
         kv_bytes = self.predictor.step_model.kv.bytes_for_tokens(request.num_prompt_tokens)
         return self.predictor.disaggregated(request, prefill, decode, part, link, kv_bytes, slos).ttft_s
 
-    def sent(self, worker_id: str, request_id: str, num_prefill_tokens: int, now_s: float) -> None:
+    def sent(self, worker_id: str, request_id: str, num_prefill_tokens: int) -> None:
         self.num_inflight[worker_id] += 1
         if num_prefill_tokens:
-            self.prefill_queues.sent(worker_id, request_id, num_prefill_tokens, now_s)
+            self.prefill_queues.sent(worker_id, request_id, num_prefill_tokens)
 
     def prefilled(self, worker_id: str, request_id: str) -> None:
         self.prefill_queues.prefilled(worker_id, request_id)

@@ -174,7 +174,7 @@ class Simulator:
                                           f"tokens exceed max_model_len {self.max_model_len}")
         info = RequestInfo(record.request_id, record.input_tokens, record.output_tokens)
         try:
-            decision = self.router.decide(info, now_s)
+            decision = self.router.decide(info)
         except NoCandidateError as error:
             return self._fail(job, now_s, f"no worker can serve the request: {error}")
         job.decision = decision
@@ -185,7 +185,7 @@ class Simulator:
         is_remote = decision.route == ROUTE_DISAGGREGATED
         target = decision.prefill_worker if is_remote else decision.decode_worker
         request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
-        self.router.sent(target, record.request_id, record.input_tokens, now_s)
+        self.router.sent(target, record.request_id, record.input_tokens)
         return self._dispatch(target, request, now_s, self.cluster.request_path.colocated_s)
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
@@ -224,7 +224,7 @@ class Simulator:
         decode_id = job.decision.decode_worker
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
-        self.router.sent(decode_id, job.record.request_id, 0, now_s)
+        self.router.sent(decode_id, job.record.request_id, 0)
         return self._dispatch(decode_id, loading, now_s, self.cluster.request_path.handover_s)
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
