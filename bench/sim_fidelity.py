@@ -81,10 +81,12 @@ def calibration_record(coefficients: Mapping[str, Any], spec: ModelSpec, kv: KVG
 
 
 def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None = None,
-                                host: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                                host: Mapping[str, Any] | None = None,
+                                router_calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a started `pd_serve.Deployment` measured: its calibration and its links (and the
-    request path, `pd_serve.request_path.RequestPath.to_dict()`, and the path's CPU,
-    `bench.host_cpu.PathCpu.to_dict()`, when measured)."""
+    request path, `pd_serve.request_path.RequestPath.to_dict()`, the path's CPU,
+    `bench.host_cpu.PathCpu.to_dict()`, and the router's own calibration summary when it differs
+    from the one recorded, when measured)."""
     if dep.calibration is None:
         raise ValueError("the deployment was not calibrated (scheduler.calibrate is off)")
     model = dep.calibration.model
@@ -105,6 +107,7 @@ def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None
                               calibration=dep.calibration.summary(), probe_fit=probe_fit,
                               router_links=router_links, request_path=dict(request_path or {}),
                               host=dict(host or {}),
+                              router_calibration=dict(router_calibration or {}),
                               hf_config=json.loads(json.dumps(info.hf_config, default=str)),
                               block_size=info.block_size, kv_dtype=info.kv_dtype,
                               config=dep.config.name, measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -132,9 +135,13 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
 
     The step model is measured again with each engine probed alone (the router's own probes all
     engines at once): the simulator adds the host's load itself (`bench.simulator.host`), and
-    the request path and the host are measured against this calibration too."""
+    the request path and the host are measured against this calibration too. The router's
+    calibration is kept in the record as well (`router_calibration`): the difference between the
+    two is what each engine's steps lose to the other engine's at the same moment, the input a
+    host model that charges a step for its neighbour's work would need."""
     from pd_serve.deployment import calibrate_engines
 
+    router_calibration = dep.calibration.summary() if dep.calibration is not None else None
     dep = replace(dep, calibration=calibrate_engines(dep.workers, dep.infos, one_at_a_time=True))
     path = measure_request_path(dep)
     print(f"    request path: colocated {_ms(path.colocated_s)} ms, disaggregated "
@@ -145,7 +152,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
           f"with 1 / 2 streams",
           file=sys.stderr, flush=True)
-    return calibration_from_deployment(dep, path.to_dict(), host.to_dict())
+    return calibration_from_deployment(dep, path.to_dict(), host.to_dict(), router_calibration)
 
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:

@@ -74,6 +74,10 @@ def test_calibration_from_deployment_prefers_the_routers_start_up_link(cal):
     assert sf.step_model_from_calibration(out) == model
     dep.links_at_start = {}
     assert sf.calibration_from_deployment(dep)["link"] == {"alpha_s": 1e-4, "beta_bytes_per_s": 5e9}
+    # The router's own calibration (engines probed together) rides along when given.
+    assert out["router_calibration"] == {}
+    together = {"overhead_s": 4.4e-3, "probed": "all engines at once"}
+    assert sf.calibration_from_deployment(dep, router_calibration=together)["router_calibration"] == together
 
 
 def test_cpu_kv_blocks_follow_the_workers_whole_gib(cal):
