@@ -81,11 +81,8 @@ def _split_ms(entry: dict | None, ttft_s: float) -> list[float | None]:
     router logged no prediction or an engine kept no timestamps)."""
     if entry is None:
         return [None] * 4
-    route, predicted = entry["route"], entry["predicted"]
-    path_predicted_s = predicted.get(f"{route}.path_s", 0.0)
-    inside = [entry["engine_s"].get(n) for n in (("prefill", "decode") if route == "disaggregated"
-                                                  else ("decode",))]
-    engines_s = sum(inside) if all(x is not None for x in inside) else None
+    path_predicted_s = entry["predicted"].get(f"{entry['route']}.path_s", 0.0)
+    engines_s = entry["engines_s"]
     return [(entry["predicted_ttft_s"] - path_predicted_s) * 1e3,
             engines_s and engines_s * 1e3, path_predicted_s * 1e3,
             engines_s and (ttft_s - engines_s) * 1e3]
@@ -99,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--explain", action="store_true", help="print each decision's reason too")
     args = ap.parse_args(argv)
 
-    from pd_serve import deploy
-
     import ray
+
+    from pd_serve import deploy
 
     with deploy(args.config) as dep:
         if dep.calibration:

@@ -69,6 +69,13 @@ class NoWorkerAvailableError(RuntimeError):
     """No healthy worker can serve the request (all candidates are down)."""
 
 
+def engines_share_s(route: str, engine_s: dict[str, float | None]) -> float | None:
+    """The part of a request's TTFT inside the engines: each worker's own (None when a worker
+    reported none: vLLM kept no request stats)."""
+    inside = [engine_s.get(n) for n in (("prefill", "decode") if route == "disaggregated" else ("decode",))]
+    return sum(inside) if all(x is not None for x in inside) else None
+
+
 def _is_actor_failure(err: BaseException) -> bool:
     import ray.exceptions as rex
     return isinstance(err, (rex.RayActorError, rex.ActorUnavailableError, rex.WorkerCrashedError))
@@ -305,12 +312,14 @@ class Router:
                                result.kv_transfer_s)
         if result.predicted_ttft_s is None or result.ttft_s <= 0 or result.fallback is not None:
             return
-        entry = {"request_id": result.request_id, "route": result.route,
-                 "num_prompt_tokens": result.num_prompt_tokens,
-                 "predicted_ttft_s": result.predicted_ttft_s, "ttft_s": result.ttft_s,
-                 "predicted": dict(decision.predictions), "engine_s": dict(engine_s),
-                 "t_arrival": result.token_times[0] - result.ttft_s if result.token_times else None}
-        self.prediction_log.append(entry)
+        engines_s = engines_share_s(result.route, engine_s)
+        self.prediction_log.append({
+            "request_id": result.request_id, "route": result.route,
+            "num_prompt_tokens": result.num_prompt_tokens,
+            "predicted_ttft_s": result.predicted_ttft_s, "ttft_s": result.ttft_s,
+            "predicted": dict(decision.predictions), "engine_s": dict(engine_s), "engines_s": engines_s})
+        if engines_s is not None:  # the route's path: the TTFT less the engines' share
+            self.paths[result.route].observe(result.ttft_s - engines_s)
         # The speed factor compares the prefill's queue + compute inside its engine, not the whole
         # TTFT: a disaggregated request's wait on a decode worker that later arrivals keep busy
         # says nothing about how fast the engines run, and scaling every step by it would make all
@@ -320,18 +329,10 @@ class Router:
         predicted_prefill_s = (decision.predictions.get(f"{result.route}.queue_s", 0.0)
                                + decision.predictions.get(f"{result.route}.prefill_s", 0.0))
         prefill_s = engine_s.get("prefill" if result.route == "disaggregated" else "decode")
-        self._learn_path(result, engine_s)
         if prefill_s and predicted_prefill_s > 0:
             scale = self._scale_at_decision.get(result.request_id, self._step_scale)
             self.feedback.observe(predicted_prefill_s / scale, prefill_s)
             self._follow_feedback()
-
-    def _learn_path(self, result: GenerateResult, engine_s: dict[str, float | None]) -> None:
-        """The route's path: the TTFT less each engine's share of it."""
-        names = ("prefill", "decode") if result.route == "disaggregated" else ("decode",)
-        inside = [engine_s.get(n) for n in names]
-        if all(x is not None for x in inside):
-            self.paths[result.route].observe(result.ttft_s - sum(inside))
 
     def _follow_feedback(self) -> None:
         """Rescale the step model when the feedback factor moved by more than 2%."""
@@ -346,7 +347,7 @@ class Router:
 
     async def prediction_errors(self) -> list[dict]:
         """Recent requests that had a prediction: route, predicted and actual TTFT, the named
-        predictions and each worker's TTFT inside its engine (seconds)."""
+        predictions, each worker's TTFT inside its engine and their sum (seconds)."""
         return list(self.prediction_log)
 
     async def handles(self) -> dict[str, Any]:
@@ -418,10 +419,9 @@ class Router:
             async for ref in gen:
                 item = await ref
                 now = time.time()
-                if first and kv_params is None:
-                    self.prefill_queues.prefilled(wid, rid)
                 if first:
                     first = False
+                    self.prefill_queues.prefilled(wid, rid)  # nothing queued when its KV came in
                     self._note_start(rid, wid, t_call, item)
                     if engine_s is not None:
                         engine_s["decode"] = item.get("engine_ttft_s")
@@ -443,8 +443,7 @@ class Router:
             raise
         finally:
             self.inflight[wid] -= 1
-            if first and kv_params is None:
-                self.prefill_queues.prefilled(wid, rid)
+            self.prefill_queues.prefilled(wid, rid)  # failed before its first token
 
     def _note_start(self, rid: str, wid: str, t_call: float, first_item: dict) -> None:
         """Count and log a worker that began a call late (LATE_START_S)."""

@@ -3,10 +3,10 @@
 Mirrors `pd_serve.router.Router`: the view holds the engines' running/waiting counts and KV
 usage (read here at the instant of arrival; the real router polls them every 0.25 s), the
 router's own counts of requests in flight and prompt tokens queued per worker, and the link
-estimate of every prefill/decode pair (the link's nominal line, as a probe would fit it). The view's path per
-route stays 0: the simulator adds the measured request path to every request itself, and the
-live router's path (router to engine and back) is a part of that. The
-policy is called as `policy.decide(RequestInfo, ClusterView)`; when it finds no candidate, the
+estimate of every prefill/decode pair (the link's nominal line, as a probe would fit it). The
+view's path per route stays 0: the simulator adds the measured request path to every request
+itself, and the live router's path (router to engine and back) is a part of that. The policy
+is called as `policy.decide(RequestInfo, ClusterView)`; when it finds no candidate, the
 request is prefilled locally by the colocated policy, and that fallback is counted. A decision
 without a predicted TTFT gets the cost model's prediction for the route taken, as live.
 """
@@ -15,11 +15,10 @@ from __future__ import annotations
 import collections
 from typing import Mapping
 
-from schedulers.prefill_queues import PrefillQueues
-
 from bench.simulator.worker import SimWorker
 from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
 from schedulers.policies import ColocatedPolicy
+from schedulers.prefill_queues import PrefillQueues
 from schedulers.route_prediction import RoutePredictor
 from schedulers.slo import SloTable
 from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,

@@ -3,8 +3,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pd_serve.router import Router
+from pd_serve.router import Router, engines_share_s
 from pd_serve.worker import _engine_ttft_s
+from schedulers.feedback import TtftFeedback
 from schedulers.path_estimate import RecentMedian
 
 
@@ -15,20 +16,36 @@ def test_the_engines_share_is_from_the_hand_over_to_vllms_first_token_timestamp(
     assert _engine_ttft_s(SimpleNamespace(metrics=SimpleNamespace(first_token_ts=0.0)), 105.0) is None
 
 
+def test_a_route_holds_the_share_of_every_engine_it_calls():
+    assert engines_share_s("colocated", {"decode": 0.044}) == pytest.approx(0.044)
+    assert engines_share_s("disaggregated", {"prefill": 0.2, "decode": 0.086}) == pytest.approx(0.286)
+    assert engines_share_s("disaggregated", {"prefill": None, "decode": 0.1}) is None
+
+
 def _router():
-    return SimpleNamespace(paths={"colocated": RecentMedian(), "disaggregated": RecentMedian()})
+    return SimpleNamespace(paths={"colocated": RecentMedian(), "disaggregated": RecentMedian()},
+                           prediction_log=[], feedback=TtftFeedback(), _scale_at_decision={},
+                           _step_scale=1.0, _follow_feedback=lambda: None)
+
+
+def _result(route, ttft_s):
+    return SimpleNamespace(route=route, ttft_s=ttft_s, request_id=f"r-{route}", num_prompt_tokens=100,
+                           predicted_ttft_s=0.05, fallback=None, kv_transfer_bytes=0)
 
 
 def test_the_path_is_the_ttft_less_every_engines_share():
     r = _router()
-    Router._learn_path(r, SimpleNamespace(route="colocated", ttft_s=0.050), {"decode": 0.044})
-    Router._learn_path(r, SimpleNamespace(route="disaggregated", ttft_s=0.300),
-                       {"prefill": 0.200, "decode": 0.086})
+    decision = SimpleNamespace(predictions={})
+    Router._observe_actuals(r, _result("colocated", 0.050), decision, {"decode": 0.044})
+    Router._observe_actuals(r, _result("disaggregated", 0.300), decision, {"prefill": 0.200, "decode": 0.086})
     assert r.paths["colocated"].value == pytest.approx(0.006)
     assert r.paths["disaggregated"].value == pytest.approx(0.014)
+    assert [e["engines_s"] for e in r.prediction_log] == pytest.approx([0.044, 0.286])
 
 
 def test_a_request_without_an_engines_timestamp_teaches_nothing():
     r = _router()
-    Router._learn_path(r, SimpleNamespace(route="disaggregated", ttft_s=0.3), {"prefill": None, "decode": 0.1})
+    Router._observe_actuals(r, _result("disaggregated", 0.3), SimpleNamespace(predictions={}),
+                            {"prefill": None, "decode": 0.1})
     assert r.paths["disaggregated"].count == 0
+    assert r.prediction_log[0]["engines_s"] is None
