@@ -56,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"link {pair[0]}->{pair[1]}: probe alpha {probe_fit.alpha_s * 1e3:.3f} ms, "
               f"beta {probe_fit.beta_bytes_per_s / 1e9:.2f} GB/s; engine overhead "
               f"{(overhead or 0) * 1e3:.2f} ms", flush=True)
+        warm = start_entry.get("warmup_transfers", [])
+        print("  warm-up transfers (MiB: ms, excess over the probe ms): " + ", ".join(
+            f"{b / 2**20:.1f}: {t * 1e3:.2f}, {(t - probe_fit.predict(b)) * 1e3:+.2f}" for b, t in warm),
+            flush=True)
         records = []
         t_first = time.time()
         for k in range(args.runs):

@@ -112,6 +112,7 @@ class Router:
         self.links = LinkModelRegistry()
         self.probe_fits: dict[tuple[str, str], LinkFit] = {}  # the NIXL probe's raw link fits
         self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
+        self.warmup_transfers: dict[tuple[str, str], list] = {}  # (bytes, seconds) it was measured on
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         self._scale_at_decision: dict[str, float] = {}
         self.auto_policy = self._build_auto_policy()
@@ -364,8 +365,9 @@ class Router:
         """Each pair's current model, with the engine overhead measured at start-up."""
         out = self.links.to_dict()
         for entry in out["models"]:
-            entry["engine_overhead_s"] = self.engine_overheads.get(
-                (entry["prefill_id"], entry["decode_id"]))
+            pair = (entry["prefill_id"], entry["decode_id"])
+            entry["engine_overhead_s"] = self.engine_overheads.get(pair)
+            entry["warmup_transfers"] = self.warmup_transfers.get(pair, [])
         return out
 
     async def _remote_prefill(self, rid: str, token_ids: list[int], req: GenerateRequest,
@@ -475,6 +477,7 @@ class Router:
                         out[f"{p}->{d}"] = time.perf_counter() - t0
                     else:
                         samples.append((num_bytes, seconds))
+                self.warmup_transfers[(p, d)] = [list(x) for x in samples]
                 fit = self.probe_fits.get((p, d))
                 if fit is not None:
                     # Probed: the probe gives the link's bandwidth over the whole size range;
