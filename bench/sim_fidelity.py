@@ -11,8 +11,10 @@
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
    (`bench.host_cpu`: the path's CPU per streamed token, which by default each step takes over
    the free cores; `--host steps` takes instead how much longer the engines' decode steps ran
-   than calibrated, with one and with two requests streaming, in short bursts; `--host none`
-   leaves the host out). For a summary without
+   than calibrated, with one and with two requests streaming, in short bursts; `--host
+   neighbour` prices a step that starts beside a computing engine by the router's own
+   calibration, which probed all engines at once, and `--host neighbour+cpu` adds the path's
+   CPU to it; `--host none` leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
@@ -48,7 +50,7 @@ from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
 from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
-from schedulers.step_time import StepTimeModel
+from schedulers.step_time import COEFFICIENTS, StepTimeModel
 from transfer.kv_geometry import KVGeometry
 
 TOLERANCE = 0.20
@@ -57,10 +59,13 @@ METRICS: tuple[tuple[str, tuple[str, str]], ...] = (("p50_ttft_s", ("ttft_s", "p
                                                     ("p99_ttft_s", ("ttft_s", "p99")),
                                                     ("mean_tpot_s", ("tpot_s", "mean")))
 CALIBRATION_CONFIG = "configs/hybrid.yaml"
-COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
 # The host model's forms (bench.simulator.host) and the measured keys each takes.
+# The neighbour forms take their step model from the record's `router_calibration` (the
+# engines probed all at once) besides.
 HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_s", "step_excess_2_s"),
                                           "cpu": ("num_cores", "cpu_s_per_token"),
+                                          "neighbour": ("num_cores",),
+                                          "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`),
 # the path-CPU form came closest on three fresh runs (35, 29, 30 of 36; bench.simulator.host).
@@ -204,13 +209,21 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
     if host_form not in HOST_FORMS:
         raise ValueError(f"host_form must be one of {sorted(HOST_FORMS)}, got {host_form!r}")
     host = cal.get("host") or {}
+    host_spec = {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None}
+    if host_form.startswith("neighbour") and host_spec:
+        together = cal.get("router_calibration") or {}
+        if together.get("probed") != "all engines at once":
+            raise ValueError(f"{label}: host form {host_form!r} needs the step model calibrated with all "
+                             f"engines probed at once (the record's router_calibration, measured since "
+                             f"2026-12-01); this record has {together.get('probed', 'none')!r}")
+        host_spec["neighbour"] = {k: float(together[k]) for k in COEFFICIENTS}
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
         "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
         "engine": next(iter(role_engine.values())), "role_engine": role_engine,
         "link": {"alpha_s": link["alpha_s"], "bandwidth_bytes_per_s": link["beta_bytes_per_s"]},
         "request_path": {k: float(path.get(k) or 0.0) for k in ("colocated_s", "disaggregated_s")},
-        "host": {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None},
+        "host": host_spec,
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params)}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
@@ -373,6 +386,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     else:
         line += (f"request path colocated {_ms(path.get('colocated_s'))} ms, disaggregated "
                  f"{_ms(path.get('disaggregated_s'))} ms")
+    together = cal.get("router_calibration") or {}
+    if together.get("overhead_s") is not None:
+        line += f"; probed {together.get('probed', '?')}: step overhead {together['overhead_s'] * 1e3:.2f} ms"
     if not host.get("num_cores"):
         return line + "; no host measured (private cores)"
     return line + (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
@@ -397,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
                     help="the host model: the path's CPU per streamed token over the free cores "
                          "(cpu, the default), the decode steps' measured excess with one and two "
-                         "streams (steps), or none (private cores)")
+                         "streams (steps), steps beside a busy engine priced as calibrated with all "
+                         "engines at once (neighbour; neighbour+cpu adds the path's CPU), or none "
+                         "(private cores)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)

@@ -60,6 +60,10 @@ def step_features(spec: ModelSpec, kv: KVGeometry, prefill_tokens: int = 0, pref
     return StepFeatures(flops.linear_flops, flops.attention_flops, float(kv_bytes))
 
 
+# StepTimeModel's fitted coefficients (its fields after spec and kv), in order.
+COEFFICIENTS = ("overhead_s", "s_per_linear_flop", "s_per_attention_flop", "s_per_kv_byte")
+
+
 @dataclass(frozen=True)
 class StepTimeModel:
     """Coefficients of the step-time line for one model on one engine (seconds per unit)."""

@@ -15,7 +15,9 @@ unknown key`). Schema (defaults in brackets):
     role_engine: {prefill: {max_num_batched_tokens: 8192}}   # per-role overrides of `engine`
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
-    host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null}   # CPU hosts, measured live
+    host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
+           neighbour: null}   # CPU hosts, measured live; neighbour: {overhead_s, s_per_linear_flop,
+                              # s_per_attention_flop, s_per_kv_byte} probed with all engines at once
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}
@@ -49,7 +51,7 @@ from bench.workloads import WORKLOAD_NAMES, workload_params
 from schedulers.hardware import HARDWARE_SPECS
 from schedulers.model_spec import load_model_spec
 from schedulers.registry import POLICY_NAMES, make_policy
-from schedulers.step_time import StepTimeModel
+from schedulers.step_time import COEFFICIENTS, StepTimeModel
 from schedulers.types import ROLES, Policy
 
 
@@ -118,6 +120,15 @@ class RequestPathConfig(_Strict):
         return RequestPathSpec(self.colocated_s, self.disaggregated_s)
 
 
+class NeighbourStepConfig(_Strict):
+    """The step model's coefficients calibrated with every engine of the host probed at once."""
+
+    overhead_s: float = Field(ge=0)
+    s_per_linear_flop: float = Field(ge=0)
+    s_per_attention_flop: float
+    s_per_kv_byte: float
+
+
 class HostConfig(_Strict):
     """`bench.simulator.host.HostSpec` (see there); `bench.host_cpu` measures it. No cores: no
     host model."""
@@ -126,9 +137,13 @@ class HostConfig(_Strict):
     cpu_s_per_token: float = Field(0.0, ge=0)
     step_excess_1_s: float | None = None  # may be negative: see bench.simulator.host
     step_excess_2_s: float | None = None
+    neighbour: Optional[NeighbourStepConfig] = None
 
     def spec(self) -> HostSpec:
-        return HostSpec(**self.model_dump())
+        values = self.model_dump(exclude={"neighbour"})
+        if self.neighbour is not None:
+            values["neighbour_coefficients"] = tuple(getattr(self.neighbour, k) for k in COEFFICIENTS)
+        return HostSpec(**values)
 
 
 class PolicyRunConfig(_Strict):

@@ -30,29 +30,44 @@ nothing fitted to the run:
   streaming at once and start a request whenever one ends, more than Poisson arrivals at 0.5-2
   req/s do: against a calibration of each engine alone they measured +1.3 to +4.6 ms, and the
   simulated TPOT came out up to 70% high.
+- neighbour (`neighbour_coefficients` set; `--host neighbour`, `--host neighbour+cpu` with the
+  path CPU on top): a step that starts while another engine of the host is computing is priced
+  by the step model calibrated with all engines probed at once (the router's own calibration),
+  the others by the one calibrated with each engine alone; a busy neighbour never makes a step
+  shorter. The difference is what one engine's steps lose to the other's at the same moment
+  (measured on hybrid: step overhead 2.92 ms probed together against 1.36 ms alone); the live
+  token times of runs 8-10 show it (a one-stream decode step took 3.5-4.8 ms with the other
+  engine idle, 5.5-8.7 ms while it prefilled).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schedulers.step_time import COEFFICIENTS
+
 
 @dataclass(frozen=True)
 class HostSpec:
     """`num_cores`: the host's cores (0: no host model). `cpu_s_per_token`: the request path's
     CPU per streamed token. `step_excess_1_s`, `step_excess_2_s`: the measured step excess with
-    one and two streams; when both are set, they are the model."""
+    one and two streams; when both are set, they are the model. `neighbour_coefficients`: the
+    step model's COEFFICIENTS calibrated with every engine probed at once, for the steps that
+    start while another engine computes (the simulator prices them)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
     step_excess_1_s: float | None = None
     step_excess_2_s: float | None = None
+    neighbour_coefficients: tuple[float, float, float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
             raise ValueError(f"host.num_cores must be >= 0, got {self.num_cores}")
         if self.cpu_s_per_token < 0:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
+        if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
+            raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
 
     @property
     def is_modelled(self) -> bool:

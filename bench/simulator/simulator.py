@@ -20,7 +20,7 @@ arriving together can share a first step (the seeds' batches).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bench.metrics import RequestRecord
@@ -33,6 +33,7 @@ from bench.simulator.step_cost import StepCost
 from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
+from schedulers.step_time import COEFFICIENTS
 from schedulers.types import ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
 
 DEFAULT_MAX_EVENTS = 20_000_000
@@ -84,6 +85,10 @@ class Simulator:
         cost = StepCost.of(cluster.step_model)
         self.kv = cluster.step_model.kv
         self.workers = {w.worker_id: SimWorker(w, cost) for w in cluster.workers}
+        coefficients = cluster.host.neighbour_coefficients if cluster.host.is_modelled else None
+        # Steps that start beside a computing engine, priced as calibrated with all engines at once.
+        self.neighbour_cost = None if coefficients is None else StepCost.of(
+            replace(cluster.step_model, **dict(zip(COEFFICIENTS, coefficients))))
         self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
                                 RoutePredictor(cluster.step_model, cluster.chunk_tokens))
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
@@ -159,6 +164,8 @@ class Simulator:
         if not plan.is_empty:
             if self.cluster.host.is_modelled:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
+                if self.neighbour_cost is not None and num_busy > 1:
+                    plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
                 plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                                                    plan.duration_s)
             worker.start(plan)

@@ -40,6 +40,8 @@ class StepPlan:
     loads_started: list[EngineRequest] = field(default_factory=list)
     num_preempted: int = 0
     duration_s: float = 0.0
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (new tokens, cached context)
+    decodes: list[int] = field(default_factory=list)  # each decode's context
 
     @property
     def is_empty(self) -> bool:
@@ -91,9 +93,9 @@ class SimWorker:
         if not plan.num_preempted:
             self._schedule_waiting(plan, budget)
         if not plan.is_empty:
-            chunks = [(n, r.num_computed_tokens) for r, n in plan.num_new_tokens.items() if n > 1]
-            decodes = [r.num_computed_tokens for r, n in plan.num_new_tokens.items() if n == 1]
-            plan.duration_s = self.cost.step_s(chunks, decodes)
+            plan.chunks = [(n, r.num_computed_tokens) for r, n in plan.num_new_tokens.items() if n > 1]
+            plan.decodes = [r.num_computed_tokens for r, n in plan.num_new_tokens.items() if n == 1]
+            plan.duration_s = self.cost.step_s(plan.chunks, plan.decodes)
         return plan
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:

@@ -232,6 +232,16 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     assert host_of("steps", older).step_delay_s(1, 4, 0.01) == 0.0
     with pytest.raises(ValueError, match="host_form"):
         host_of("both")
+    # The neighbour forms take the router's calibration (all engines probed at once) besides.
+    together = {**{k: 2 * COEFFS[k] for k in sf.COEFFICIENTS}, "probed": "all engines at once"}
+    beside = {**measured, "router_calibration": together}
+    coefficients = tuple(2 * COEFFS[k] for k in sf.COEFFICIENTS)
+    assert host_of("neighbour", beside) == HostSpec(2, neighbour_coefficients=coefficients)
+    assert host_of("neighbour+cpu", beside) == HostSpec(2, 0.004, neighbour_coefficients=coefficients)
+    with pytest.raises(ValueError, match="all engines probed at once"):
+        host_of("neighbour", {**beside, "router_calibration": {**together, "probed": "one engine at a time"}})
+    with pytest.raises(ValueError, match="router_calibration"):
+        host_of("neighbour")  # a record from before it was kept
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
     # Unasked, the path-CPU form: it came closest since the engines are calibrated one at a time.

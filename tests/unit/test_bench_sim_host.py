@@ -1,6 +1,7 @@
 """The simulator's CPU host: a step that streams tokens takes the request path's CPU for its
 tokens over the free cores (the default form), or the decode steps' measured excess over the
-calibration (a line through one and two streams)."""
+calibration (a line through one and two streams); a step beside a busy engine can be priced as
+calibrated with all engines at once."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -90,6 +91,36 @@ def test_a_batch_step_pays_for_every_token_it_streams():
         assert s.tpot_s == pytest.approx(p.tpot_s + 4 * 0.001, rel=1e-9)
 
 
+def test_a_step_beside_a_busy_engine_is_priced_as_calibrated_with_all_engines_at_once():
+    slower = replace(MODEL, overhead_s=MODEL.overhead_s + 0.004, s_per_linear_flop=2 * MODEL.s_per_linear_flop)
+    neighbour = HostSpec(num_cores=2, neighbour_coefficients=(slower.overhead_s, slower.s_per_linear_flop,
+                                                              slower.s_per_attention_flop, slower.s_per_kv_byte))
+    # A lone request never has a busy neighbour: every step at the lone-engine price.
+    lone = simulate(one_request(16), cluster({"both": 2}, HostSpec()), ColocatedPolicy()).records[0]
+    assert simulate(one_request(16), cluster({"both": 2}, neighbour), ColocatedPolicy()).records[0] == lone
+    # Two requests on two engines at once: each engine's steps start while the other computes.
+    two = Workload("w", (RequestSpec("r0", 0.0, 256, 16), RequestSpec("r1", 0.0, 256, 16)))
+    alone = simulate(two, cluster({"both": 2}, HostSpec()), ColocatedPolicy()).records
+    busy = simulate(two, cluster({"both": 2}, neighbour), ColocatedPolicy()).records
+    assert {r.decode_worker for r in busy} == {"both-0", "both-1"}
+    # The first engine to start has an idle neighbour: its prompt at the lone price; the second's
+    # and every decode step beside the other's at the slower one.
+    assert sorted(r.ttft_s for r in busy)[0] == pytest.approx(sorted(r.ttft_s for r in alone)[0], rel=1e-9)
+    for a, b in zip(alone, busy):
+        assert b.tpot_s == pytest.approx(slower.predict(0, 0, [256 + 8]) - MODEL.predict(0, 0, [256 + 8])
+                                         + a.tpot_s, rel=0.05)
+
+
+def test_a_busy_neighbour_never_shortens_a_step():
+    faster = replace(MODEL, overhead_s=0.0)
+    host = HostSpec(num_cores=2, neighbour_coefficients=(0.0, faster.s_per_linear_flop,
+                                                         faster.s_per_attention_flop, faster.s_per_kv_byte))
+    two = Workload("w", (RequestSpec("r0", 0.0, 256, 16), RequestSpec("r1", 0.0, 256, 16)))
+    alone = simulate(two, cluster({"both": 2}, HostSpec()), ColocatedPolicy()).records
+    busy = simulate(two, cluster({"both": 2}, host), ColocatedPolicy()).records
+    assert [r.tpot_s for r in busy] == pytest.approx([r.tpot_s for r in alone], rel=1e-9)
+
+
 # ---- its measurement and its config ----------------------------------------------------------------
 
 def streamed(rid: str, worker: str, prompt: int, times: list[float]) -> RequestRecord:
@@ -137,5 +168,15 @@ def test_a_sim_config_takes_a_measured_host():
                                               "step_excess_2_s": 0.0001},
                                      "policies": {"colocated": {"workers": {"both": 1}}}})
     assert build_cluster(measured, "colocated").host == HostSpec(2, 0.0, -0.0002, 0.0001)
+    together = {"overhead_s": 0.003, "s_per_linear_flop": 1e-12, "s_per_attention_flop": 2e-12,
+                "s_per_kv_byte": 0.0}
+    beside = sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                                   "host": {"num_cores": 2, "neighbour": together},
+                                   "policies": {"colocated": {"workers": {"both": 1}}}})
+    assert build_cluster(beside, "colocated").host == HostSpec(2, neighbour_coefficients=(0.003, 1e-12, 2e-12, 0.0))
+    with pytest.raises(SimConfigError, match="host.neighbour.s_per_kv_byte"):
+        sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                              "host": {"num_cores": 2, "neighbour": {**together, "s_per_kv_byte": None}},
+                              "policies": {"colocated": {"workers": {"both": 1}}}})
     with pytest.raises(SimConfigError, match="host.cores"):
         sim_config_from_dict({"host": {"cores": 2}, "policies": {"colocated": {"workers": {"both": 1}}}})
