@@ -20,6 +20,12 @@ the gap less the calibrated step for that batch; the medians are `step_excess_1_
 path's CPU on the engines' cores, the engine loop waiting for a core, other tenants) and the
 calibration's own error on small decode batches (`bench.simulator.host` compares the two
 forms; the path's CPU per token is the default).
+
+With two decode-capable engines, one stream per engine means the other engine streams too, and
+its steps double a decode step on this 2-core host (run 12: a one-stream gap of 2.5-3.6 ms with
+the other engine idle, 5.2-6.9 ms while it decoded). So the same requests run once more one at
+a time on the whole deployment: `step_excess_alone_s`, the excess with every other engine idle,
+for the form that tells the two apart (`--host neighbour-steps`).
 """
 from __future__ import annotations
 
@@ -51,6 +57,8 @@ class PathCpu:
     # (None: no calibration to compare with, or no such step seen).
     step_excess_1_s: float | None = None
     step_excess_2_s: float | None = None
+    # ... and with one stream on the whole deployment (every other engine idle).
+    step_excess_alone_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -161,6 +169,10 @@ def measure_path_cpu(dep: Any) -> PathCpu:
         records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens)
         _check_served(records, "one-stream burst")
         excess[1] = step_excess_by_batch(records, decode_step_s).get(1)
+        lone = fixed(ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens, concurrency=1)
+        records = run_workload(dep.stream, lone, dep.vocab_size, progress=False, salt=-2 * num_tokens)
+        _check_served(records, "lone-stream burst")
+        excess[0] = step_excess_by_batch(records, decode_step_s).get(1)
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
-                   excess.get(1), excess.get(2))
+                   excess.get(1), excess.get(2), excess.get(0))

@@ -64,6 +64,8 @@ CALIBRATION_CONFIG = "configs/hybrid.yaml"
 # engines probed all at once) besides.
 HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_s", "step_excess_2_s"),
                                           "cpu": ("num_cores", "cpu_s_per_token"),
+                                          "neighbour-steps": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                              "step_excess_2_s"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
@@ -155,7 +157,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     print(f"    path CPU: {host.background_cores:.3f} cores idle, {host.cpu_s_per_request * 1e3:.1f} ms per "
           f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores; decode steps "
           f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
-          f"with 1 / 2 streams",
+          f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream",
           file=sys.stderr, flush=True)
     return calibration_from_deployment(dep, path.to_dict(), host.to_dict(), router_calibration)
 
@@ -210,7 +212,7 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"host_form must be one of {sorted(HOST_FORMS)}, got {host_form!r}")
     host = cal.get("host") or {}
     host_spec = {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None}
-    if host_form.startswith("neighbour") and host_spec:
+    if host_form in ("neighbour", "neighbour+cpu") and host_spec:
         together = cal.get("router_calibration") or {}
         if together.get("probed") != "all engines at once":
             raise ValueError(f"{label}: host form {host_form!r} needs the step model calibrated with all "
@@ -393,7 +395,8 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
         return line + "; no host measured (private cores)"
     return line + (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
                    f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
-                   f"{_signed_ms(host.get('step_excess_2_s'))} ms")
+                   f"{_signed_ms(host.get('step_excess_2_s'))} ms, with a lone stream "
+                   f"{_signed_ms(host.get('step_excess_alone_s'))} ms")
 
 
 def _default_model_dir() -> str:
@@ -413,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
                     help="the host model: the path's CPU per streamed token over the free cores "
                          "(cpu, the default), the decode steps' measured excess with one and two "
-                         "streams (steps), steps beside a busy engine priced as calibrated with all "
+                         "streams (steps; neighbour-steps takes the excess with one stream on the "
+                         "whole deployment for steps no other engine computes beside), steps beside "
+                         "a busy engine priced as calibrated with all "
                          "engines at once (neighbour; neighbour+cpu adds the path's CPU), or none "
                          "(private cores)")
     args = ap.parse_args(argv)

@@ -30,6 +30,12 @@ nothing fitted to the run:
   streaming at once and start a request whenever one ends, more than Poisson arrivals at 0.5-2
   req/s do: against a calibration of each engine alone they measured +1.3 to +4.6 ms, and the
   simulated TPOT came out up to 70% high.
+- neighbour steps (`step_excess_alone_s` set besides; `--host neighbour-steps`): as measured
+  steps, but a step that starts while no other engine computes takes the excess measured with
+  one stream on the whole deployment instead of e1. With two decode-capable engines the e1
+  burst keeps the other engine streaming, and on this 2-core host that doubles a decode step
+  (run 12: one-stream gaps of 2.5-3.6 ms with the other engine idle, 5.2-6.9 ms while it
+  decoded), which Poisson arrivals at 0.5-2 req/s bring to 10-30% of the steps.
 - neighbour (`neighbour_coefficients` set; `--host neighbour`, `--host neighbour+cpu` with the
   path CPU on top): a step that starts while another engine of the host is computing is priced
   by the step model calibrated with all engines probed at once (the router's own calibration),
@@ -51,7 +57,9 @@ from schedulers.step_time import COEFFICIENTS
 class HostSpec:
     """`num_cores`: the host's cores (0: no host model). `cpu_s_per_token`: the request path's
     CPU per streamed token. `step_excess_1_s`, `step_excess_2_s`: the measured step excess with
-    one and two streams; when both are set, they are the model. `neighbour_coefficients`: the
+    one and two streams; when both are set, they are the model, with `step_excess_alone_s` (one
+    stream, every other engine idle) for the steps no other engine computes beside, when set.
+    `neighbour_coefficients`: the
     step model's COEFFICIENTS calibrated with every engine probed at once, for the steps that
     start while another engine computes (the simulator prices them)."""
 
@@ -59,6 +67,7 @@ class HostSpec:
     cpu_s_per_token: float = 0.0
     step_excess_1_s: float | None = None
     step_excess_2_s: float | None = None
+    step_excess_alone_s: float | None = None
     neighbour_coefficients: tuple[float, float, float, float] | None = None
 
     def __post_init__(self) -> None:
@@ -80,6 +89,9 @@ class HostSpec:
             return 0.0
         if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
             slope = self.step_excess_2_s - self.step_excess_1_s
-            return max(-engine_s / 2, self.step_excess_1_s + (num_streamed_tokens - 1) * slope)
+            one = self.step_excess_1_s
+            if self.step_excess_alone_s is not None and num_busy_engines <= 1:
+                one = self.step_excess_alone_s
+            return max(-engine_s / 2, one + (num_streamed_tokens - 1) * slope)
         free_cores = max(1, self.num_cores - num_busy_engines)
         return num_streamed_tokens * self.cpu_s_per_token / free_cores

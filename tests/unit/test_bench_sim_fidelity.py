@@ -225,6 +225,10 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         return build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), record, model_dir,
                                                host_form=form), "colocated").host
     assert host_of("steps") == HostSpec(2, 0.0, -0.0004, 0.0003)
+    with_lone = {**measured, "host": {**host, "step_excess_alone_s": -0.001}}
+    assert host_of("steps", with_lone) == HostSpec(2, 0.0, -0.0004, 0.0003)  # steps ignores the lone excess
+    assert host_of("neighbour-steps", with_lone) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001)
+    assert host_of("neighbour-steps") == host_of("steps")  # a record from before it was measured
     assert host_of("cpu") == HostSpec(2, 0.004, None)
     assert not host_of("none").is_modelled
     # A record from before the step excess was measured: the steps form has nothing to add.

@@ -46,6 +46,15 @@ def test_the_measured_step_excess_is_the_line_through_one_and_two_streams():
     assert HostSpec(2, 0.003, step_excess_1_s=0.001).step_delay_s(1, 1) == pytest.approx(0.003)
 
 
+def test_a_step_no_other_engine_computes_beside_takes_the_lone_streams_excess():
+    host = HostSpec(num_cores=2, step_excess_1_s=0.003, step_excess_2_s=0.004, step_excess_alone_s=0.0005)
+    assert host.step_delay_s(1, 1, engine_s=0.01) == pytest.approx(0.0005)  # alone on the host
+    assert host.step_delay_s(1, 3, engine_s=0.01) == pytest.approx(0.0005 + 2 * 0.001)  # same slope
+    assert host.step_delay_s(2, 1, engine_s=0.01) == pytest.approx(0.003)  # another engine computes
+    # Without the lone measurement, every step takes e1 (the measured-steps form).
+    assert HostSpec(2, step_excess_1_s=0.003, step_excess_2_s=0.004).step_delay_s(1, 1) == pytest.approx(0.003)
+
+
 def test_a_negative_excess_shortens_steps_but_never_below_half():
     host = HostSpec(num_cores=2, step_excess_1_s=-0.001, step_excess_2_s=-0.002)
     assert host.step_delay_s(1, 2, engine_s=0.01) == pytest.approx(-0.002)
@@ -168,6 +177,11 @@ def test_a_sim_config_takes_a_measured_host():
                                               "step_excess_2_s": 0.0001},
                                      "policies": {"colocated": {"workers": {"both": 1}}}})
     assert build_cluster(measured, "colocated").host == HostSpec(2, 0.0, -0.0002, 0.0001)
+    lone = sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                                 "host": {"num_cores": 2, "step_excess_1_s": 0.003, "step_excess_2_s": 0.004,
+                                          "step_excess_alone_s": 0.0005},
+                                 "policies": {"colocated": {"workers": {"both": 1}}}})
+    assert build_cluster(lone, "colocated").host == HostSpec(2, 0.0, 0.003, 0.004, 0.0005)
     together = {"overhead_s": 0.003, "s_per_linear_flop": 1e-12, "s_per_attention_flop": 2e-12,
                 "s_per_kv_byte": 0.0}
     beside = sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
