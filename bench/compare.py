@@ -30,6 +30,7 @@ from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, p
                            summarize, write_json, write_markdown)
 from bench.run import run_workload, write_run
 from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
+from pd_serve.gc_pauses import GcPauses
 
 SEED_CHUNK_TABLE = {  # max_num_batched_tokens: (long TTFT ms, short p99 TTFT ms, throughput %)
     4096: (320, 720, 100), 2048: (580, 420, 96), 1024: (1050, 240, 91), 512: (2100, 160, 84)}
@@ -64,9 +65,10 @@ def baseline(path: str) -> dict:
 
 
 def run_config(cfg: dict, workloads: list, slo: SloSpec,
-               on_ready: Callable[[Any], None] | None = None) -> dict[str, list]:
+               on_ready: Callable[[Any], None] | None = None,
+               on_done: Callable[[Any], None] | None = None) -> dict[str, list]:
     """Deploy once, call `on_ready(deployment)` (while it is idle), run each workload in turn
-    (distinct prompts), shut down."""
+    (distinct prompts), call `on_done(deployment)`, shut down."""
     from pd_serve import deploy
 
     out = {}
@@ -77,8 +79,25 @@ def run_config(cfg: dict, workloads: list, slo: SloSpec,
             on_ready(dep)
         for k, wl in enumerate(workloads):
             out[wl.name] = run_workload(dep.stream, wl, dep.vocab_size, "auto", salt=k + 1)
+        if on_done is not None:
+            on_done(dep)
     print(f"  {cfg.get('name')}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
     return out
+
+
+def gc_report(dep: Any, client: GcPauses) -> dict[str, dict]:
+    """Every process's garbage-collection pauses (pd_serve/gc_pauses.py): this client's since
+    `client` was installed, the router's and each worker's since they started."""
+    import ray
+
+    return {"client": client.summary(), "router": dep.status()["gc"],
+            **{wid: ray.get(w.gc_pauses.remote()) for wid, w in dep.workers.items()}}
+
+
+def gc_line(report: dict[str, dict]) -> str:
+    """The longest pause and the full collections of each process, on one line."""
+    return "; ".join(f"{name} {r['max_pause_s'] * 1e3:.0f} ms ({r['collections'].get('2', {}).get('count', 0)} full)"
+                     for name, r in report.items())
 
 
 # ---- experiments -------------------------------------------------------------------------------
@@ -120,9 +139,19 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     results: dict[str, dict[str, Any]] = {}
     measured: dict[str, dict[str, Any]] = {}
     sweep: dict[str, list] = {}
+    gc_pauses: dict[str, dict] = {}
     for label, cfg in systems.items():
-        records = run_config(cfg, workloads, slo,
-                             on_ready=lambda dep, label=label: measured.__setitem__(label, measure_deployment(dep)))
+        client = GcPauses()
+
+        def ready(dep: Any, label: str = label, client: GcPauses = client) -> None:
+            measured[label] = measure_deployment(dep)
+            client.install()
+
+        def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
+            client.uninstall()
+            gc_pauses[label] = gc_report(dep, client)
+            print(f"    longest GC pause: {gc_line(gc_pauses[label])}", file=sys.stderr, flush=True)
+        records = run_config(cfg, workloads, slo, on_ready=ready, on_done=done)
         results[label] = {wl: summarize(recs, slo) for wl, recs in records.items()}
         sweep[label] = [(r, results[label][f"rate={r:g}"]) for r in rates]
         for wl, recs in records.items():
@@ -140,7 +169,8 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
                          "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
     if can_plot():
         plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png")
-    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured}
+    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured,
+            "gc_pauses": gc_pauses}
 
 
 def exp_mixed_batch(args: argparse.Namespace, slo: SloSpec) -> dict:

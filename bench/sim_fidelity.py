@@ -9,10 +9,12 @@
    coefficients of `schedulers.step_time.StepTimeModel`, its overhead including the engine
    loop's measured step gap), the P->D link (alpha, beta) and the request path
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
-   (`bench.host_cpu`: the path's CPU per streamed token, which by default each step takes over
-   the free cores; `--host steps` takes instead how much longer the engines' decode steps ran
-   than calibrated, with one and with two requests streaming, in short bursts; `--host
-   neighbour` prices a step that starts beside a computing engine by the router's own
+   (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
+   bursts, with a lone stream on the whole deployment and with one and two streams per engine;
+   by default (`--host neighbour-steps`) a step no other engine computes beside takes the lone
+   stream's excess and the others the per-engine ones; `--host steps` takes the per-engine ones
+   for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
+   `--host neighbour` prices a step that starts beside a computing engine by the router's own
    calibration, which probed all engines at once, and `--host neighbour+cpu` adds the path's
    CPU to it; `--host none` leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
@@ -45,6 +47,7 @@ from bench.host_cpu import measure_path_cpu
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
+from bench.token_gaps import classify_gaps, gap_summary
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
@@ -69,9 +72,12 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
-# With the engines calibrated one at a time (2026-12-01, `measure_deployment`),
-# the path-CPU form came closest on three fresh runs (35, 29, 30 of 36; bench.simulator.host).
-DEFAULT_HOST_FORM = "cpu"
+# With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
+# form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
+# 12's token gaps (a decode step doubles while the other engine decodes), came to 34 and 32 on
+# runs 13 and 14, fresh, against 28 and 33 for the path CPU (mean TPOT 11 and 10 of 12 within
+# 20%, against 5 and 11): the default since.
+DEFAULT_HOST_FORM = "neighbour-steps"
 GIB = 1 << 30
 
 
@@ -305,6 +311,24 @@ def fidelity_table(rows: Sequence[Mapping[str, Any]], tolerance: float = TOLERAN
     return format_table(headers, body)
 
 
+GAP_CLASSES = ("alone", "nb-prefill", "nb-decode", "own+alone")
+
+
+def gaps_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table: per system and rate, the mean inter-token gap live / simulated (ms) by what
+    overlapped it (`bench.token_gaps`), for the rows whose live records were found."""
+    body = []
+    for r in rows:
+        gaps = r.get("token_gaps") or {}
+        live, sim = gaps.get("live"), gaps.get("sim") or {}
+        if live is None:
+            continue
+        body.append([r["system"], f"{r['rate']:g}"] + [
+            f"{_ms(live[c]['mean_s']) if c in live else '-'} / {_ms(sim[c]['mean_s']) if c in sim else '-'}"
+            f" ({live[c]['count'] if c in live else 0})" for c in GAP_CLASSES])
+    return format_table(["system", "rate"] + [f"{c} live / sim ms (live gaps)" for c in GAP_CLASSES], body)
+
+
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in records:
@@ -350,8 +374,11 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             workload = rates_workload(rate, num_requests, output_tokens)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
+            live_gaps = None
             if records_path is not None and records_path.is_file():
-                matches = same_requests(workload, json.loads(records_path.read_text()))
+                live_records = json.loads(records_path.read_text())
+                matches = same_requests(workload, live_records)
+                live_gaps = gap_summary(classify_gaps([RequestRecord.from_dict(d) for d in live_records]))
             result = simulate_system(config, label, step_model, workload)
             sim_summary = summarize(result.records, slo)
             metrics = compare_summaries(live_summary, sim_summary, tolerance)
@@ -362,7 +389,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
                          "calibration_measured_with_live_run": label in (live.get("measured") or {}),
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
-                         "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")}})
+                         "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
+                         "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
                 print(f"  {label} @ {rate:g} req/s: {errs}; routes live {live_summary.get('routes')} "
@@ -414,13 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/sim_fidelity.json")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE)
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
-                    help="the host model: the path's CPU per streamed token over the free cores "
-                         "(cpu, the default), the decode steps' measured excess with one and two "
-                         "streams (steps; neighbour-steps takes the excess with one stream on the "
-                         "whole deployment for steps no other engine computes beside), steps beside "
-                         "a busy engine priced as calibrated with all "
-                         "engines at once (neighbour; neighbour+cpu adds the path's CPU), or none "
-                         "(private cores)")
+                    help="the host model: the decode steps' measured excess, with a lone stream "
+                         "for the steps no other engine computes beside and with one and two "
+                         "streams per engine for the others (neighbour-steps, the default); the "
+                         "latter for every step (steps); the path's CPU per streamed token over "
+                         "the free cores (cpu); steps beside a busy engine priced as calibrated "
+                         "with all engines at once (neighbour; neighbour+cpu adds the path's "
+                         "CPU); or none (private cores)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
@@ -447,10 +475,16 @@ def main(argv: list[str] | None = None) -> int:
           f"* = over {args.tolerance:.0%}\n")
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
+    gaps = gaps_table(rows)
+    if gaps.count("\n") > 1:
+        print("\nMean inter-token gap by what overlapped it (bench.token_gaps): alone = every other "
+              "engine idle, nb- = another engine prefilling / decoding, own+ = another request on "
+              "the same engine\n")
+        print(gaps)
     write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
                           "host_form": args.host,
                           "measured_with_live_runs": sorted(measured),
-                          "num_within_tolerance": sum(checks), "num_checks": len(checks),
+                          "num_within_tolerance": sum(checks), "num_checks": len(checks), "gaps_table": gaps,
                           "all_within_tolerance": all(checks), "rows": rows, "table": table})
     print(f"wrote {args.out}")
     return 0

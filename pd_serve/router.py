@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
+from pd_serve.gc_pauses import GcPauses
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
@@ -113,6 +114,7 @@ class Router:
         self.probe_fits: dict[tuple[str, str], LinkFit] = {}  # the NIXL probe's raw link fits
         self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
         self.warmup_transfers: dict[tuple[str, str], list] = {}  # (bytes, seconds) it was measured on
+        self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         self._scale_at_decision: dict[str, float] = {}
         self.auto_policy = self._build_auto_policy()
@@ -218,6 +220,7 @@ class Router:
                               "inflight": self.inflight[wid]} for wid, i in self.infos.items()},
             "policy": self.auto_policy.name,
             "counters": dict(self.counters),
+            "gc": self.gc.summary(),
         }
 
     def metrics_text(self) -> str:  # [frontdoors]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from pd_serve.config import EngineConfig
+from pd_serve.gc_pauses import GcPauses
 from pd_serve.prompts import random_prompt
 from transfer.probe_host import ProbeHost
 
@@ -113,6 +114,7 @@ class EngineWorker(ProbeHost):
         self.num_inflight = 0
         self.num_queued_prefill_tokens = 0
         self._stats = None
+        self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> WorkerInfo:
@@ -166,6 +168,10 @@ class EngineWorker(ProbeHost):
         async for _ in self.generate(f"warmup-{self.spec.worker_id}", ids, {"max_tokens": 2}):
             pass
         await self.engine.reset_prefix_cache()
+
+    async def gc_pauses(self) -> dict:
+        """This actor's garbage-collection pauses since it started (gc_pauses.py)."""
+        return self.gc.summary()
 
     async def shutdown(self) -> None:
         """Stop the engine and its processes (the actor itself is then killed by the caller)."""

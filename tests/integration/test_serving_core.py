@@ -213,6 +213,17 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
         assert excess is not None and abs(excess) < 0.02, host
 
 
+def test_every_process_times_its_garbage_collections(hybrid):
+    """After the requests above, each worker actor and the router have run collections, each
+    timed (pd_serve/gc_pauses.py), at least the young generation's."""
+    reports = {wid: ray.get(w.gc_pauses.remote()) for wid, w in hybrid.workers.items()}
+    reports["router"] = hybrid.status()["gc"]
+    for name, r in reports.items():
+        young = r["collections"].get("0", {})
+        assert young.get("count", 0) > 0 and young["seconds"] > 0, (name, r)
+        assert r["max_pause_s"] > 0 and all(p["pause_s"] >= r["long_pause_s"] for p in r["long"]), (name, r)
+
+
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):
     prompt = distinct_prompt(7000, 7)
     box: dict = {}

@@ -248,6 +248,16 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("neighbour")  # a record from before it was kept
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the path-CPU form: it came closest since the engines are calibrated one at a time.
-    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), measured, model_dir),
-                         "colocated").host == host_of("cpu")
+    # Unasked, the neighbour-steps form: the closest on runs 13 and 14.
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir),
+                         "colocated").host == host_of("neighbour-steps", with_lone)
+
+
+def test_the_gaps_table_sets_live_beside_simulated_gaps_by_class():
+    row = {"system": "colocated", "rate": 0.5,
+           "token_gaps": {"live": {"alone": {"mean_s": 0.003, "median_s": 0.0025, "count": 40},
+                                   "nb-decode": {"mean_s": 0.006, "median_s": 0.006, "count": 5}},
+                          "sim": {"alone": {"mean_s": 0.0031, "median_s": 0.003, "count": 45}}}}
+    table = sf.gaps_table([row, {"system": "hybrid", "rate": 1.0, "token_gaps": {"live": None, "sim": {}}}])
+    assert "3.0 / 3.1 (40)" in table and "6.0 / - (5)" in table and "- / - (0)" in table
+    assert "hybrid" not in table  # no live records: no row
