@@ -18,11 +18,11 @@ with as many requests decoding there as were streaming from it at that moment; i
 the gap less the calibrated step for that batch; the medians are `step_excess_1_s` and
 `step_excess_2_s`. They catch whatever streaming costs the engines on this host that day (the
 path's CPU on the engines' cores, the engine loop waiting for a core, other tenants) and the
-calibration's own error on small decode batches (`bench.simulator.host` compares the two
-forms; the path's CPU per token is the default).
+calibration's own error on small decode batches (`bench.simulator.host` compares the
+forms).
 
 With two decode-capable engines, one stream per engine means the other engine streams too, and
-its steps double a decode step on this 2-core host (run 12: a one-stream gap of 2.5-3.6 ms with
+its steps double a decode step on this 2-core host (run 12: a one-stream gap of 2.4-3.6 ms with
 the other engine idle, 5.2-6.9 ms while it decoded). So the same requests run once more one at
 a time on the whole deployment: `step_excess_alone_s`, the excess with every other engine idle,
 for the form that tells the two apart (`--host neighbour-steps`).

@@ -12,7 +12,7 @@ A request occupies its prefill worker from arrival to first token (its decode wo
 was colocated) and its decode worker from first token to its last. The table gives each class's
 mean / median gap and count per system and rate. On a CPU host this is the interference between
 engines that the simulator's host model has to carry (`bench.simulator.host`); run 12, for
-instance, took 2.5-3.6 ms a token with the other engine idle and 5.2-6.9 ms while it decoded.
+instance, took 2.4-3.6 ms a token with the other engine idle and 5.2-6.9 ms while it decoded.
 """
 from __future__ import annotations
 

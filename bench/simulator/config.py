@@ -16,8 +16,9 @@ unknown key`). Schema (defaults in brackets):
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
-           step_excess_alone_s: null, neighbour: null}   # CPU hosts, measured live; neighbour: {overhead_s, s_per_linear_flop,
-                              # s_per_attention_flop, s_per_kv_byte} probed with all engines at once
+           step_excess_alone_s: null, neighbour: null}   # CPU hosts, measured live
+    # host.neighbour: {overhead_s, s_per_linear_flop, s_per_attention_flop, s_per_kv_byte},
+    # the step model calibrated with all engines probed at once
     policies:                         # compared runs: label -> policy on its own workers
       colocated: {workers: {both: 2}}
       disaggregated: {workers: {prefill: 1, decode: 1}}

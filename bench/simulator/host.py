@@ -11,9 +11,10 @@ inter-token latency) where its calibration, on the idle engine, said 7.5 ms. The
 about 3.5 ms of CPU per streamed token (`bench.host_cpu`). A simulator with private cores
 shows none of it.
 
-Two forms, both with inputs measured on the live deployment before its run (`bench.host_cpu`),
-nothing fitted to the run:
-- path CPU (`cpu_s_per_token` only; `bench.sim_fidelity --host cpu`, the default): a step takes
+Several forms, all with inputs measured on the live deployment before its run
+(`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
+`bench.sim_fidelity --host` picks one (neighbour steps by default since run 13):
+- path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
   token), and over-predicted TPOT by 40-80% on the quieter morning of 2026-12-01 (1.2-2.1 ms),
@@ -34,16 +35,17 @@ nothing fitted to the run:
   steps, but a step that starts while no other engine computes takes the excess measured with
   one stream on the whole deployment instead of e1. With two decode-capable engines the e1
   burst keeps the other engine streaming, and on this 2-core host that doubles a decode step
-  (run 12: one-stream gaps of 2.5-3.6 ms with the other engine idle, 5.2-6.9 ms while it
-  decoded), which Poisson arrivals at 0.5-2 req/s bring to 10-30% of the steps.
+  (run 12: one-stream gaps of 2.4-3.6 ms with the other engine idle, 5.2-6.9 ms while it
+  decoded), which Poisson arrivals at 0.5-2 req/s bring to 10-30% of the steps. On runs
+  13-15, fresh: 34, 32 and 30 of 36 (the path CPU 28, 33 and 29).
 - neighbour (`neighbour_coefficients` set; `--host neighbour`, `--host neighbour+cpu` with the
   path CPU on top): a step that starts while another engine of the host is computing is priced
   by the step model calibrated with all engines probed at once (the router's own calibration),
   the others by the one calibrated with each engine alone; a busy neighbour never makes a step
   shorter. The difference is what one engine's steps lose to the other's at the same moment
-  (measured on hybrid: step overhead 2.92 ms probed together against 1.36 ms alone); the live
-  token times of runs 8-10 show it (a one-stream decode step took 3.5-4.8 ms with the other
-  engine idle, 5.5-8.7 ms while it prefilled).
+  (measured on hybrid: step overhead 2.92 ms probed together against 1.36 ms alone). It
+  understates it: 0.6 ms more per step on run 12's colocated, where live steps took 2.5-3.5 ms
+  more beside a busy engine; alone this form came to 26, 28 and 21 of 36 on runs 12-14.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -59,9 +61,9 @@ class HostSpec:
     CPU per streamed token. `step_excess_1_s`, `step_excess_2_s`: the measured step excess with
     one and two streams; when both are set, they are the model, with `step_excess_alone_s` (one
     stream, every other engine idle) for the steps no other engine computes beside, when set.
-    `neighbour_coefficients`: the
-    step model's COEFFICIENTS calibrated with every engine probed at once, for the steps that
-    start while another engine computes (the simulator prices them)."""
+    `neighbour_coefficients`: the step model's COEFFICIENTS calibrated with every engine probed
+    at once, for the steps that start while another engine computes (the simulator prices
+    them)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
