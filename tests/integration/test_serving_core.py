@@ -16,7 +16,7 @@ import psutil
 import pytest
 import ray
 
-from bench.host_cpu import measure_path_cpu
+from bench.host_cpu import EXCESS_REPEATS, measure_path_cpu
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
@@ -205,7 +205,8 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
     host = measure_path_cpu(hybrid)
     assert host.num_cores == len(os.sched_getaffinity(0))
     assert host.cpu_s_per_token > 0 and host.cpu_s_per_request >= 0 and host.background_cores >= 0, host
-    assert [s["window"] for s in host.samples] == ["idle", "4 tokens", "64 tokens"]
+    assert [s["window"] for s in host.samples] == ["idle", "4 tokens", "64 tokens"] + [
+        f"excess repeat {k}" for k in range(EXCESS_REPEATS)]
     # The decode steps with one and two streams per engine, and with a lone stream, against the
     # calibration: a few ms either way, never whole steps (the calibrated decode steps of the
     # tiny model take 3-10 ms here).
