@@ -160,6 +160,7 @@ def measure_path_cpu(dep: Any) -> PathCpu:
                         "requests": len(records), "tokens": tokens})
         burst_records[num_tokens] = records
     excess: dict[int, float] = {}
+    excess_alone = None
     if dep.calibration is not None:
         model = dep.calibration.model
 
@@ -170,26 +171,26 @@ def measure_path_cpu(dep: Any) -> PathCpu:
         # One-stream and lone-stream bursts, repeated EXCESS_REPEATS times EXCESS_PAUSE_S apart:
         # each is under a second, and the same burst's median gap moved by 1.2 ms (2.4-3.7 ms)
         # within one minute on one idle deployment.
-        one_stream: list[Any] = []
-        lone_stream: list[Any] = []
+        one_stream: list[Any] = []  # one request per decode-capable engine at a time
+        lone_stream: list[Any] = []  # one request on the whole deployment at a time
         for rep in range(EXCESS_REPEATS):
             if rep:
                 time.sleep(EXCESS_PAUSE_S)
-            alone = fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens, concurrency=num_engines)
-            records = run_workload(dep.stream, alone, dep.vocab_size, progress=False, salt=-num_tokens - 1000 * rep)
-            _check_served(records, "one-stream burst")
-            one_stream += records
-            lone = fixed(ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens, concurrency=1)
-            records = run_workload(dep.stream, lone, dep.vocab_size, progress=False,
-                                   salt=-2 * num_tokens - 1000 * rep)
-            _check_served(records, "lone-stream burst")
-            lone_stream += records
+            per_engine = run_workload(
+                dep.stream, fixed(ALONE_REQUESTS * num_engines, BURST_PROMPT_TOKENS, num_tokens,
+                                  concurrency=num_engines),
+                dep.vocab_size, progress=False, salt=-num_tokens - 1000 * rep)
+            _check_served(per_engine, "one-stream burst")
+            lone = run_workload(dep.stream, fixed(ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens, concurrency=1),
+                                dep.vocab_size, progress=False, salt=-2 * num_tokens - 1000 * rep)
+            _check_served(lone, "lone-stream burst")
+            one_stream += per_engine
+            lone_stream += lone
             samples.append({"window": f"excess repeat {rep}",
-                            "step_excess_1_s": step_excess_by_batch(one_stream[-len(alone.requests):],
-                                                                    decode_step_s).get(1),
-                            "step_excess_alone_s": step_excess_by_batch(records, decode_step_s).get(1)})
+                            "step_excess_1_s": step_excess_by_batch(per_engine, decode_step_s).get(1),
+                            "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1)})
         excess[1] = step_excess_by_batch(one_stream, decode_step_s).get(1)
-        excess[0] = step_excess_by_batch(lone_stream, decode_step_s).get(1)
+        excess_alone = step_excess_by_batch(lone_stream, decode_step_s).get(1)
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
-                   excess.get(1), excess.get(2), excess.get(0))
+                   excess.get(1), excess.get(2), excess_alone)
