@@ -12,6 +12,9 @@ Experiments (`--experiment`):
 
 `python -m bench.compare --experiment rates --rates 0.5,1,2 --out results/compare`
 writes summary.json, summary.md and PNG plots into --out, and prints the tables with ratios.
+`--rounds 2` runs the whole rates sweep twice, each round deploying every system afresh in a
+rotated order (into --out/round_<k>), and pools the rounds (bench/rate_rounds.py): one noisy
+minute then moves one round's counts, which the pooled table shows beside its goodput.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ import yaml
 
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown)
+from bench.rate_rounds import pool_rounds, rotated
 from bench.run import run_workload, write_run
 from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
 from pd_serve.gc_pauses import GcPauses
@@ -66,9 +70,9 @@ def baseline(path: str) -> dict:
 
 def run_config(cfg: dict, workloads: list, slo: SloSpec,
                on_ready: Callable[[Any], None] | None = None,
-               on_done: Callable[[Any], None] | None = None) -> dict[str, list]:
+               on_done: Callable[[Any], None] | None = None, salt_base: int = 0) -> dict[str, list]:
     """Deploy once, call `on_ready(deployment)` (while it is idle), run each workload in turn
-    (distinct prompts), call `on_done(deployment)`, shut down."""
+    (distinct prompts: salt `salt_base` + its position + 1), call `on_done(deployment)`, shut down."""
     from pd_serve import deploy
 
     out = {}
@@ -78,7 +82,7 @@ def run_config(cfg: dict, workloads: list, slo: SloSpec,
         if on_ready is not None:
             on_ready(dep)
         for k, wl in enumerate(workloads):
-            out[wl.name] = run_workload(dep.stream, wl, dep.vocab_size, "auto", salt=k + 1)
+            out[wl.name] = run_workload(dep.stream, wl, dep.vocab_size, "auto", salt=salt_base + k + 1)
         if on_done is not None:
             on_done(dep)
     print(f"  {cfg.get('name')}: done in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -92,6 +96,20 @@ def gc_report(dep: Any, client: GcPauses) -> dict[str, dict]:
 
     return {"client": client.summary(), "router": dep.status()["gc"],
             **{wid: ray.get(w.gc_pauses.remote()) for wid, w in dep.workers.items()}}
+
+
+def loop_report(dep: Any) -> dict[str, dict]:
+    """The router's and each worker's event-loop stalls since they started (pd_serve/loop_stalls.py)."""
+    import ray
+
+    return {"router": dep.status()["loop"],
+            **{wid: ray.get(w.loop_stalls.remote()) for wid, w in dep.workers.items()}}
+
+
+def loop_line(report: dict[str, dict]) -> str:
+    """Each process's stall count and longest stall, on one line."""
+    return "; ".join(f"{name} {r['num_stalls']} (longest {r['max_stall_s'] * 1e3:.0f} ms)"
+                     for name, r in report.items())
 
 
 def gc_line(report: dict[str, dict]) -> str:
@@ -130,17 +148,45 @@ def rates_systems() -> dict[str, dict]:
 
 
 def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
+    """One sweep into --out; with --rounds R > 1, R sweeps into --out/round_<k>, pooled
+    (bench/rate_rounds.py)."""
+    rates = [float(r) for r in args.rates.split(",")]
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.rounds == 1:
+        return rates_round(args, slo, rates, Path(args.out))[0]
+    rounds = []
+    for k in range(args.rounds):
+        print(f"round {k + 1} of {args.rounds}", file=sys.stderr, flush=True)
+        out = Path(args.out) / f"round_{k}"
+        result, records = rates_round(args, slo, rates, out, first=k, salt_base=100 * k)
+        write_json(out / "summary.json", result)
+        write_markdown(out / "summary.md", rows_markdown(result["rows"]))
+        rounds.append(records)
+    pooled = pool_rounds(rounds, rates, slo)
+    if can_plot():
+        sweep = {s: [(r, pooled["summaries"][s][f"rate={r:g}"]) for r in rates] for s in pooled["summaries"]}
+        plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png", title=f"rate sweep, {args.rounds} rounds pooled")
+    return {**pooled, "round_dirs": [f"round_{k}" for k in range(args.rounds)]}
+
+
+def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out: Path, first: int = 0,
+                salt_base: int = 0) -> tuple[dict, dict[str, dict[str, list]]]:
+    """Every rates system deployed in turn, from the `first`-th on (rotated), serving each rate.
+    Returns the sweep's summary and its records (system -> workload name -> records)."""
     from bench.sim_fidelity import measure_deployment  # it imports this module's rates experiment
 
-    rates = [float(r) for r in args.rates.split(",")]
     systems = rates_systems()
     workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
     workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
     results: dict[str, dict[str, Any]] = {}
+    records_by_system: dict[str, dict[str, list]] = {}
     measured: dict[str, dict[str, Any]] = {}
     sweep: dict[str, list] = {}
     gc_pauses: dict[str, dict] = {}
-    for label, cfg in systems.items():
+    loop_stalls: dict[str, dict] = {}
+    for label in rotated(list(systems), first):
+        cfg = systems[label]
         client = GcPauses()
 
         def ready(dep: Any, label: str = label, client: GcPauses = client) -> None:
@@ -151,11 +197,15 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
             client.uninstall()
             gc_pauses[label] = gc_report(dep, client)
             print(f"    longest GC pause: {gc_line(gc_pauses[label])}", file=sys.stderr, flush=True)
-        records = run_config(cfg, workloads, slo, on_ready=ready, on_done=done)
+            loop_stalls[label] = loop_report(dep)
+            print(f"    event-loop stalls: {loop_line(loop_stalls[label])}", file=sys.stderr, flush=True)
+        records = run_config(cfg, workloads, slo, on_ready=ready, on_done=done, salt_base=salt_base)
+        records_by_system[label] = records
         results[label] = {wl: summarize(recs, slo) for wl, recs in records.items()}
         sweep[label] = [(r, results[label][f"rate={r:g}"]) for r in rates]
         for wl, recs in records.items():
-            write_run(Path(args.out) / label / wl.replace("=", "_"), f"{label} {wl}", recs, slo)
+            write_run(out / label / wl.replace("=", "_"), f"{label} {wl}", recs, slo)
+    results = {label: results[label] for label in systems}  # the table's order, whatever the run's
     rows = []
     for r in rates:
         key = f"rate={r:g}"
@@ -168,9 +218,10 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
                          "throughput_rps": sm["throughput_rps"], "routes": sm["routes"],
                          "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
     if can_plot():
-        plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png")
-    return {"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured,
-            "gc_pauses": gc_pauses}
+        plot_rate_sweep(sweep, out / "rate_sweep.png")
+    return ({"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured,
+             "gc_pauses": gc_pauses, "loop_stalls": loop_stalls, "system_order": rotated(list(systems), first)},
+            records_by_system)
 
 
 def exp_mixed_batch(args: argparse.Namespace, slo: SloSpec) -> dict:
@@ -263,7 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="0.25,0.5,1")
     ap.add_argument("--num-requests", type=int, default=30)
     ap.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="mixed-batch and chunk-sweep: batches per system")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rates: sweeps, each deploying every system afresh in a rotated order, pooled")
     ap.add_argument("--out", default="results/compare")
     args = ap.parse_args(argv)
     slo = SloSpec()

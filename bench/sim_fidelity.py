@@ -455,6 +455,12 @@ def main(argv: list[str] | None = None) -> int:
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
+    if live.get("experiment") == "rates-rounds":
+        print(f"bench.sim_fidelity: {live_path} pools {live['rounds']} rounds, each deployed and "
+              f"calibrated afresh; pass one round's summary: "
+              + ", ".join(str(live_path.parent / d / "summary.json") for d in live["round_dirs"]),
+              file=sys.stderr)
+        return 2
     if live.get("experiment") != "rates":
         print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
               file=sys.stderr)

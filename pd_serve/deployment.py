@@ -43,9 +43,17 @@ def init_ray(address: str | None = None, namespace: str = NAMESPACE) -> bool:
     # "local", not None: with no address Ray attaches to the cluster named in
     # /tmp/ray/ray_current_cluster, and when that cluster died without `ray stop` (a killed
     # session) ray.init() waits for its GCS forever. We mean "start one of our own".
+    # A cluster we start runs its workers at normal priority. Ray's default renices every worker
+    # process to 15 (`worker_niceness`), and the engines' processes inherit it: against a
+    # process at nice 0 (Ray's own daemons, the driver, a benchmark client) CFS then gives them
+    # 36/1024 of a shared core, and a few hundred ms of such a burst froze a worker actor or an
+    # engine for 0.3-1 s on this 2-core host (README, "Stalls"). A GPU node has cores to spare;
+    # a CPU node serves on the very cores it shares. An attached cluster keeps its own setting
+    # (`RAY_worker_niceness=0 ray start ...`); each worker reports its niceness (WorkerInfo).
+    system_config = {"worker_niceness": 0} if started else None
     ray.init(address=address or "local", namespace=namespace, include_dashboard=False,
              log_to_driver=os.environ.get("PD_SERVE_RAY_LOGS", "0") == "1",
-             ignore_reinit_error=True)
+             ignore_reinit_error=True, _system_config=system_config)
     return started
 
 

@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
 from pd_serve.gc_pauses import GcPauses
+from pd_serve.loop_stalls import LoopStalls
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
@@ -115,6 +116,7 @@ class Router:
         self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
         self.warmup_transfers: dict[tuple[str, str], list] = {}  # (bytes, seconds) it was measured on
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
+        self.loop = LoopStalls()  # its event loop watched from ready() on (loop_stalls.py)
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         self._scale_at_decision: dict[str, float] = {}
         self.auto_policy = self._build_auto_policy()
@@ -141,6 +143,7 @@ class Router:
     async def ready(self) -> dict:
         from transformers import AutoTokenizer
 
+        await self.loop.start()
         self._tokenizer = AutoTokenizer.from_pretrained(self._tokenizer_path)
         await self._poll_loads_once()
         self._poll_task = asyncio.get_running_loop().create_task(self._poll_loads_forever())
@@ -217,10 +220,12 @@ class Router:
         return {
             "workers": {wid: {"role": i.role, "healthy": self.healthy[wid], "engine_id": i.engine_id,
                               "node_ip": i.node_ip, "load": self.loads.get(wid, {}),
-                              "inflight": self.inflight[wid]} for wid, i in self.infos.items()},
+                              "inflight": self.inflight[wid], "niceness": i.niceness}
+                        for wid, i in self.infos.items()},
             "policy": self.auto_policy.name,
             "counters": dict(self.counters),
             "gc": self.gc.summary(),
+            "loop": self.loop.summary(),
         }
 
     def metrics_text(self) -> str:  # [frontdoors]

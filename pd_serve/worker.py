@@ -19,6 +19,7 @@ from typing import Any, AsyncIterator
 
 from pd_serve.config import EngineConfig
 from pd_serve.gc_pauses import GcPauses
+from pd_serve.loop_stalls import LoopStalls
 from pd_serve.prompts import random_prompt
 from transfer.probe_host import ProbeHost
 
@@ -57,6 +58,7 @@ class WorkerInfo:
     kv_dtype: str
     start_s: float
     pid: int
+    niceness: int = 0  # the process's; Ray renices workers to 15 unless told not to (deployment.init_ray)
 
 
 def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
@@ -115,6 +117,7 @@ class EngineWorker(ProbeHost):
         self.num_queued_prefill_tokens = 0
         self._stats = None
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
+        self.loop = LoopStalls()  # its event loop watched from start() on (loop_stalls.py)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> WorkerInfo:
@@ -123,6 +126,7 @@ class EngineWorker(ProbeHost):
 
         from transfer.connector_config import connector_settings
 
+        await self.loop.start()
         t0 = time.perf_counter()
         spec = self.spec
         node_ip = ray.util.get_node_ip_address()
@@ -153,7 +157,11 @@ class EngineWorker(ProbeHost):
             max_model_len=cfg.model_config.max_model_len,
             block_size=cfg.cache_config.block_size,
             hf_config=hf, kv_dtype=str(cfg.model_config.dtype).replace("torch.", ""),
-            start_s=time.perf_counter() - t0, pid=os.getpid())
+            start_s=time.perf_counter() - t0, pid=os.getpid(), niceness=os.getpriority(os.PRIO_PROCESS, 0))
+        if self.info.niceness > 0:
+            logger.warning("worker %s runs at nice %d: any process at nice 0 on its cores takes "
+                           "precedence over its engine (start the cluster with "
+                           "RAY_worker_niceness=0)", spec.worker_id, self.info.niceness)
         await self._warm_up()
         logger.info("worker %s (%s) started in %.1fs", spec.worker_id, spec.role, self.info.start_s)
         return self.info
@@ -172,6 +180,10 @@ class EngineWorker(ProbeHost):
     async def gc_pauses(self) -> dict:
         """This actor's garbage-collection pauses since it started (gc_pauses.py)."""
         return self.gc.summary()
+
+    async def loop_stalls(self) -> dict:
+        """This actor's event-loop stalls since start() (loop_stalls.py)."""
+        return self.loop.summary()
 
     async def shutdown(self) -> None:
         """Stop the engine and its processes (the actor itself is then killed by the caller)."""

@@ -37,6 +37,7 @@ def cluster():
 
     assert not ray.is_initialized(), "another test left Ray running in this process"
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+               RAY_worker_niceness="0",  # as the README starts it: engines at normal priority
                PATH=f"{BIN}:{os.environ.get('PATH', '')}", PD_SERVE_DEVICE="cpu")
     env.pop("RAY_ADDRESS", None)
     gcs_port, dash_port = _free_port(), _free_port()
@@ -65,6 +66,7 @@ def test_job_submission_deploys_serves_and_comes_down_cleanly(cluster):
     status = json.loads(st.stdout.strip().splitlines()[-1])
     assert {w["role"] for w in status["workers"].values()} == {"prefill", "both"}
     assert all(w["healthy"] for w in status["workers"].values()) and status["grpc"]
+    assert all(w["niceness"] == 0 for w in status["workers"].values()), status["workers"]
 
     from pd_serve import Client
 

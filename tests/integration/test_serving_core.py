@@ -225,6 +225,28 @@ def test_every_process_times_its_garbage_collections(hybrid):
         assert r["max_pause_s"] > 0 and all(p["pause_s"] >= r["long_pause_s"] for p in r["long"]), (name, r)
 
 
+def test_workers_and_their_engines_run_at_normal_priority(hybrid):
+    """The local cluster deploy() starts does not renice its workers (Ray's default is 15), so no
+    process at nice 0 on the same cores can starve an engine (deployment.init_ray)."""
+    assert {wid: i.niceness for wid, i in hybrid.infos.items()} == {wid: 0 for wid in hybrid.infos}
+    engines = [psutil.Process(pid) for pid in hybrid.child_pids]
+    assert engines and all(p.nice() == 0 for p in engines), [(p.pid, p.name(), p.nice()) for p in engines]
+    assert all(w["niceness"] == 0 for w in hybrid.status()["workers"].values())
+
+
+def test_every_process_watches_its_event_loop(hybrid):
+    """Each worker actor and the router have had their event loop watched since start-up
+    (pd_serve/loop_stalls.py): the heartbeat has been turning, and every stall kept is one the
+    heartbeat measured (at least the threshold late), with when it began."""
+    reports = {wid: ray.get(w.loop_stalls.remote()) for wid, w in hybrid.workers.items()}
+    reports["router"] = hybrid.status()["loop"]
+    for name, r in reports.items():
+        assert r["num_beats"] > 10, (name, r)
+        assert r["num_stalls"] >= len(r["stalls"]), (name, r)
+        for stall in r["stalls"]:
+            assert stall["stall_s"] >= r["threshold_s"] and stall["t_start"] > 0, (name, stall)
+
+
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):
     prompt = distinct_prompt(7000, 7)
     box: dict = {}

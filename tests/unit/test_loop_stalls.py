@@ -1,0 +1,71 @@
+"""The event-loop watch: a held loop is a stall, with the stack that held it."""
+import asyncio
+import time
+
+import pytest
+
+from pd_serve.loop_stalls import LoopStalls
+
+
+def hold_the_loop(seconds: float) -> None:
+    time.sleep(seconds)  # a synchronous call on the loop: nothing else of the process runs
+
+
+def test_a_held_loop_is_one_stall_with_the_holders_stack():
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
+        await asyncio.sleep(0.1)
+        hold_the_loop(0.4)
+        await asyncio.sleep(0.1)
+        watch.stop()
+        return watch
+
+    watch = asyncio.run(main())
+    summary = watch.summary()
+    assert summary["num_stalls"] == 1
+    stall = summary["stalls"][0]
+    assert 0.35 <= stall["stall_s"] <= 1.0
+    assert stall["t_start"] <= time.time() - stall["stall_s"]
+    assert not stall["process_held"]  # time.sleep releases the GIL: the watchdog ran and sampled
+    frames = [line for s in stall["stacks"] for line in s["stack"]]
+    assert any(line.endswith(" hold_the_loop") for line in frames)
+    assert sum(s["count"] for s in stall["stacks"]) >= 10
+    # longer than dump_after_s: faulthandler's C thread wrote every thread's stack, this one's too
+    assert "hold_the_loop" in stall["all_threads"]
+
+
+def test_a_turning_loop_has_no_stall():
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
+        await watch.start()  # idempotent
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+        watch.stop()
+        return watch
+
+    summary = asyncio.run(main()).summary()
+    assert summary["num_stalls"] == 0 and summary["stalls"] == []
+    assert summary["num_beats"] >= 5
+
+
+def test_a_short_stall_has_no_dump_and_the_next_long_one_only_its_own():
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01, dump_after_s=0.3).start()
+        await asyncio.sleep(0.1)
+        hold_the_loop(0.15)  # a stall, shorter than the dump's timeout
+        await asyncio.sleep(0.1)
+        hold_the_loop(0.5)
+        await asyncio.sleep(0.1)
+        watch.stop()
+        return watch
+
+    short, long = asyncio.run(main()).summary()["stalls"]
+    assert short["all_threads"] is None
+    assert long["all_threads"].count("hold_the_loop") == 1
+
+
+def test_the_period_must_be_shorter_than_the_threshold():
+    with pytest.raises(ValueError):
+        LoopStalls(threshold_s=0.01, interval_s=0.01)
+    with pytest.raises(ValueError):
+        LoopStalls(dump_after_s=0.01)
