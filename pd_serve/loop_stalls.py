@@ -19,11 +19,11 @@ Two parts:
   thread's Python stack to a file, the one holding the GIL among them. A stall at least that
   long comes with that dump (`all_threads`).
 
-Measured (2026-12-01, five sweeps of the rates experiment at 2-8 req/s, 3,600 requests): while
-serving, four stalls of 0.6-1.23 s, every one of the second kind (the watchdog as late as the
-loop) and in a worker actor of the adaptive deployment. Their dumps show no thread running
-Python code: the loop idle in its poll, every other thread waiting. Whatever held the process
-was not Python. Start-up has stalls of its own (imports, the NIXL link probe), counted as well.
+Measured (2026-12-01, seven sweeps of the rates experiment at 2-8 req/s, 5,040 requests): while
+serving, six stalls of 0.6-1.23 s, every one of the second kind (the whole process held), five
+in a worker actor of the adaptive deployment. Their dumps show no thread running Python code:
+the loop idle in its poll, every other thread waiting. Whatever held the process was not
+Python. Start-up has stalls of its own (imports, the NIXL link probe), counted as well.
 """
 from __future__ import annotations
 
@@ -129,7 +129,10 @@ class LoopStalls:
         self.stalls.append({
             "t_start": time.time() - (time.monotonic() - now) - late_s,  # wall clock
             "stall_s": late_s,
-            "process_held": held_s >= self.threshold_s,
+            # Held: the watchdog woke late, or never sampled a stall it had time to see (the
+            # loop can wake first, before the watchdog learns how late it is itself).
+            "process_held": held_s >= self.threshold_s or (
+                not samples and late_s >= self.threshold_s + 2 * self.interval_s),
             "watchdog_late_s": held_s,
             "stacks": _distinct_stacks(samples),
             "all_threads": self._read_dump()})

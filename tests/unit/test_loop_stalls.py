@@ -34,6 +34,30 @@ def test_a_held_loop_is_one_stall_with_the_holders_stack():
     assert "hold_the_loop" in stall["all_threads"]
 
 
+def hold_the_gil(seconds: float) -> None:
+    """One C call that keeps the GIL all along (builtin sum over a range), sized to last about
+    `seconds` here: no other thread of the process runs meanwhile."""
+    t0 = time.perf_counter()
+    sum(range(10**6))
+    per_million = time.perf_counter() - t0
+    sum(range(int(10**6 * seconds / per_million)))
+
+
+def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
+        await asyncio.sleep(0.1)
+        hold_the_gil(0.6)
+        await asyncio.sleep(0.1)
+        watch.stop()
+        return watch
+
+    stalls = asyncio.run(main()).summary()["stalls"]
+    assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
+    assert stalls[0]["process_held"]  # the watchdog thread could not run either
+    assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
+
+
 def test_a_turning_loop_has_no_stall():
     async def main() -> LoopStalls:
         watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
