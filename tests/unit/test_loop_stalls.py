@@ -1,27 +1,43 @@
 """The event-loop watch: a held loop is a stall, with the stack that held it."""
 import asyncio
 import time
+from typing import Callable
 
 import pytest
 
 from pd_serve.loop_stalls import LoopStalls
 
 
+def watched(*holds: Callable[[], None], **options) -> dict:
+    """A watch's summary after the loop ran each of `holds` in turn, turning 0.1 s around each."""
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01, **options).start()
+        await watch.start()  # idempotent
+        await asyncio.sleep(0.1)
+        for hold in holds:
+            hold()
+            await asyncio.sleep(0.1)
+        watch.stop()
+        return watch
+
+    return asyncio.run(main()).summary()
+
+
 def hold_the_loop(seconds: float) -> None:
     time.sleep(seconds)  # a synchronous call on the loop: nothing else of the process runs
 
 
-def test_a_held_loop_is_one_stall_with_the_holders_stack():
-    async def main() -> LoopStalls:
-        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
-        await asyncio.sleep(0.1)
-        hold_the_loop(0.4)
-        await asyncio.sleep(0.1)
-        watch.stop()
-        return watch
+def hold_the_gil(seconds: float) -> None:
+    """One C call that keeps the GIL all along (builtin sum over a range), sized to last about
+    `seconds` here: no other thread of the process runs meanwhile."""
+    t0 = time.perf_counter()
+    sum(range(10**6))
+    per_million = time.perf_counter() - t0
+    sum(range(int(10**6 * seconds / per_million)))
 
-    watch = asyncio.run(main())
-    summary = watch.summary()
+
+def test_a_held_loop_is_one_stall_with_the_holders_stack():
+    summary = watched(lambda: hold_the_loop(0.4))
     assert summary["num_stalls"] == 1
     stall = summary["stalls"][0]
     assert 0.35 <= stall["stall_s"] <= 1.0
@@ -34,57 +50,23 @@ def test_a_held_loop_is_one_stall_with_the_holders_stack():
     assert "hold_the_loop" in stall["all_threads"]
 
 
-def hold_the_gil(seconds: float) -> None:
-    """One C call that keeps the GIL all along (builtin sum over a range), sized to last about
-    `seconds` here: no other thread of the process runs meanwhile."""
-    t0 = time.perf_counter()
-    sum(range(10**6))
-    per_million = time.perf_counter() - t0
-    sum(range(int(10**6 * seconds / per_million)))
-
-
 def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
-    async def main() -> LoopStalls:
-        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
-        await asyncio.sleep(0.1)
-        hold_the_gil(0.6)
-        await asyncio.sleep(0.1)
-        watch.stop()
-        return watch
-
-    stalls = asyncio.run(main()).summary()["stalls"]
+    stalls = watched(lambda: hold_the_gil(0.6))["stalls"]
     assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
     assert stalls[0]["process_held"]  # the watchdog thread could not run either
     assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
 
 
 def test_a_turning_loop_has_no_stall():
-    async def main() -> LoopStalls:
-        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
-        await watch.start()  # idempotent
-        for _ in range(20):
-            await asyncio.sleep(0.01)
-        watch.stop()
-        return watch
-
-    summary = asyncio.run(main()).summary()
+    summary = watched(*[lambda: None] * 2)
     assert summary["num_stalls"] == 0 and summary["stalls"] == []
     assert summary["num_beats"] >= 5
 
 
 def test_a_short_stall_has_no_dump_and_the_next_long_one_only_its_own():
-    async def main() -> LoopStalls:
-        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01, dump_after_s=0.3).start()
-        await asyncio.sleep(0.1)
-        hold_the_loop(0.15)  # a stall, shorter than the dump's timeout
-        await asyncio.sleep(0.1)
-        hold_the_loop(0.5)
-        await asyncio.sleep(0.1)
-        watch.stop()
-        return watch
-
-    short, long = asyncio.run(main()).summary()["stalls"]
-    assert short["all_threads"] is None
+    short, long = watched(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
+                          dump_after_s=0.3)["stalls"]
+    assert short["all_threads"] is None  # shorter than the dump's timeout
     assert long["all_threads"].count("hold_the_loop") == 1
 
 
