@@ -46,9 +46,10 @@ def init_ray(address: str | None = None, namespace: str = NAMESPACE) -> bool:
     # A cluster we start runs its workers at normal priority. Ray's default renices every worker
     # process to 15 (`worker_niceness`), and the engines' processes inherit it: against a
     # process at nice 0 (Ray's own daemons, the driver, a benchmark client) CFS then gives them
-    # 36/1024 of a shared core, and a few hundred ms of such a burst froze a worker actor or an
-    # engine for 0.3-1 s on this 2-core host (README, "Stalls"). A GPU node has cores to spare;
-    # a CPU node serves on the very cores it shares. An attached cluster keeps its own setting
+    # 36/1024 of a shared core. Beside a nice-0 process burning 0.3 s of a core every 2 s, the
+    # short prompts' longest TTFT was 0.62-0.83 s at nice 15 and 0.26-0.47 s at nice 0 on this
+    # 2-core host (README, "Found since"). A GPU node has cores to spare; a CPU node serves on
+    # the very cores it shares. An attached cluster keeps its own setting
     # (`RAY_worker_niceness=0 ray start ...`); each worker reports its niceness (WorkerInfo).
     system_config = {"worker_niceness": 0} if started else None
     ray.init(address=address or "local", namespace=namespace, include_dashboard=False,
