@@ -31,7 +31,7 @@ import yaml
 
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown)
-from bench.rate_rounds import pool_rounds, rotated
+from bench.rate_rounds import comparison_rows, pool_rounds, rotated
 from bench.run import run_workload, write_run
 from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
 from pd_serve.gc_pauses import GcPauses
@@ -89,21 +89,17 @@ def run_config(cfg: dict, workloads: list, slo: SloSpec,
     return out
 
 
-def gc_report(dep: Any, client: GcPauses) -> dict[str, dict]:
-    """Every process's garbage-collection pauses (pd_serve/gc_pauses.py): this client's since
-    `client` was installed, the router's and each worker's since they started."""
+def process_reports(dep: Any, client: GcPauses) -> tuple[dict[str, dict], dict[str, dict]]:
+    """Every process's garbage-collection pauses (pd_serve/gc_pauses.py: this client's since
+    `client` was installed, the router's and each worker's since they started) and the router's
+    and each worker's event-loop stalls (pd_serve/loop_stalls.py), from one router status."""
     import ray
 
-    return {"client": client.summary(), "router": dep.status()["gc"],
-            **{wid: ray.get(w.gc_pauses.remote()) for wid, w in dep.workers.items()}}
-
-
-def loop_report(dep: Any) -> dict[str, dict]:
-    """The router's and each worker's event-loop stalls since they started (pd_serve/loop_stalls.py)."""
-    import ray
-
-    return {"router": dep.status()["loop"],
-            **{wid: ray.get(w.loop_stalls.remote()) for wid, w in dep.workers.items()}}
+    router = dep.status()
+    gc = {"client": client.summary(), "router": router["gc"],
+          **{wid: ray.get(w.gc_pauses.remote()) for wid, w in dep.workers.items()}}
+    loop = {"router": router["loop"], **{wid: ray.get(w.loop_stalls.remote()) for wid, w in dep.workers.items()}}
+    return gc, loop
 
 
 def loop_line(report: dict[str, dict]) -> str:
@@ -163,7 +159,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
         write_json(out / "summary.json", result)
         write_markdown(out / "summary.md", rows_markdown(result["rows"]))
         rounds.append(records)
-    pooled = pool_rounds(rounds, rates, slo)
+    pooled = pool_rounds(rounds, rates, slo, RATES_BASELINES)
     if can_plot():
         sweep = {s: [(r, pooled["summaries"][s][f"rate={r:g}"]) for r in rates] for s in pooled["summaries"]}
         plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png", title=f"rate sweep, {args.rounds} rounds pooled")
@@ -185,7 +181,8 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
     sweep: dict[str, list] = {}
     gc_pauses: dict[str, dict] = {}
     loop_stalls: dict[str, dict] = {}
-    for label in rotated(list(systems), first):
+    order = rotated(list(systems), first)
+    for label in order:
         cfg = systems[label]
         client = GcPauses()
 
@@ -195,9 +192,8 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
 
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
             client.uninstall()
-            gc_pauses[label] = gc_report(dep, client)
+            gc_pauses[label], loop_stalls[label] = process_reports(dep, client)
             print(f"    longest GC pause: {gc_line(gc_pauses[label])}", file=sys.stderr, flush=True)
-            loop_stalls[label] = loop_report(dep)
             print(f"    event-loop stalls: {loop_line(loop_stalls[label])}", file=sys.stderr, flush=True)
         records = run_config(cfg, workloads, slo, on_ready=ready, on_done=done, salt_base=salt_base)
         records_by_system[label] = records
@@ -206,21 +202,13 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
         for wl, recs in records.items():
             write_run(out / label / wl.replace("=", "_"), f"{label} {wl}", recs, slo)
     results = {label: results[label] for label in systems}  # the table's order, whatever the run's
-    rows = []
-    for r in rates:
-        key = f"rate={r:g}"
-        good = {s: results[s][key]["goodput_rps"] or 0.0 for s in systems}
-        best_base = max(good["colocated"], good["disaggregated"])
-        for s in systems:
-            sm = results[s][key]
-            rows.append({"rate": r, "system": s, "goodput_rps": good[s], "p99_ttft_s": sm["ttft_s"]["p99"],
-                         "p50_ttft_s": sm["ttft_s"]["p50"], "p99_tpot_s": sm["tpot_s"]["p99"],
-                         "throughput_rps": sm["throughput_rps"], "routes": sm["routes"],
-                         "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
+    rows = comparison_rows(results, rates, RATES_BASELINES, lambda s, key, sm: {
+        "p99_ttft_s": sm["ttft_s"]["p99"], "p50_ttft_s": sm["ttft_s"]["p50"], "p99_tpot_s": sm["tpot_s"]["p99"],
+        "throughput_rps": sm["throughput_rps"], "routes": sm["routes"]})
     if can_plot():
         plot_rate_sweep(sweep, out / "rate_sweep.png")
     return ({"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured,
-             "gc_pauses": gc_pauses, "loop_stalls": loop_stalls, "system_order": rotated(list(systems), first)},
+             "gc_pauses": gc_pauses, "loop_stalls": loop_stalls, "system_order": order},
             records_by_system)
 
 

@@ -16,11 +16,9 @@ and `bench.token_gaps` read as they read any sweep.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
-
-BASELINES = ("colocated", "disaggregated")
 
 # records per round: system label -> workload name ("rate=<r>") -> that run's records
 RoundRecords = Mapping[str, Mapping[str, Sequence[RequestRecord]]]
@@ -32,14 +30,31 @@ def rotated(labels: Sequence[str], k: int) -> list[str]:
     return list(labels[k:]) + list(labels[:k])
 
 
-def pool_rounds(rounds: Sequence[RoundRecords], rates: Sequence[float], slo: SloSpec) -> dict[str, Any]:
-    """Pooled summaries and comparison rows of several rounds of one rate sweep."""
+def comparison_rows(summaries: Mapping[str, Mapping[str, Mapping[str, Any]]], rates: Sequence[float],
+                    baselines: Sequence[str],
+                    columns: Callable[[str, str, Mapping[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (rate, system): its goodput, `columns(system, key, summary)`, and its goodput
+    over the best of `baselines` at that rate. `summaries`: system -> "rate=<r>" -> summary."""
+    rows = []
+    for rate in rates:
+        key = f"rate={rate:g}"
+        good = {s: summaries[s][key]["goodput_rps"] or 0.0 for s in summaries}
+        best_base = max(good[b] for b in baselines)
+        for s, by_rate in summaries.items():
+            rows.append({"rate": rate, "system": s, "goodput_rps": good[s], **columns(s, key, by_rate[key]),
+                         "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
+    return rows
+
+
+def pool_rounds(rounds: Sequence[RoundRecords], rates: Sequence[float], slo: SloSpec,
+                baselines: Sequence[str]) -> dict[str, Any]:
+    """Pooled summaries and comparison rows (against the best of `baselines`) of several rounds of
+    one rate sweep."""
     if not rounds:
         raise ValueError("no rounds to pool")
-    systems = list(rounds[0])
     summaries: dict[str, dict[str, Any]] = {}
     counts: dict[str, dict[str, list[int]]] = {}
-    for label in systems:
+    for label in rounds[0]:
         summaries[label], counts[label] = {}, {}
         for rate in rates:
             key = f"rate={rate:g}"
@@ -47,18 +62,12 @@ def pool_rounds(rounds: Sequence[RoundRecords], rates: Sequence[float], slo: Slo
             records = [r for run in runs for r in run]
             summaries[label][key] = summarize(records, slo, duration_s=sum(run_duration_s(run) for run in runs))
             counts[label][key] = [sum(1 for r in run if r.ok and slo.meets(r)) for run in runs]
-    rows = []
-    for rate in rates:
-        key = f"rate={rate:g}"
-        good = {s: summaries[s][key]["goodput_rps"] or 0.0 for s in systems}
-        best_base = max(good[b] for b in BASELINES if b in good)
-        for s in systems:
-            sm = summaries[s][key]
-            rows.append({"rate": rate, "system": s, "goodput_rps": good[s],
-                         "met_slo_per_round": " / ".join(str(n) for n in counts[s][key]),
-                         "met_slo": sum(counts[s][key]), "requests": sm["num_requests"],
-                         "p99_ttft_s": sm["ttft_s"]["p99"], "p50_ttft_s": sm["ttft_s"]["p50"],
-                         "p99_tpot_s": sm["tpot_s"]["p99"], "routes": sm["routes"],
-                         "goodput_vs_best_baseline": good[s] / best_base if best_base else None})
-    return {"experiment": "rates-rounds", "rounds": len(rounds), "rates": list(rates), "rows": rows,
+
+    def columns(s: str, key: str, sm: Mapping[str, Any]) -> dict[str, Any]:
+        return {"met_slo_per_round": " / ".join(str(n) for n in counts[s][key]),
+                "met_slo": sum(counts[s][key]), "requests": sm["num_requests"],
+                "p99_ttft_s": sm["ttft_s"]["p99"], "p50_ttft_s": sm["ttft_s"]["p50"],
+                "p99_tpot_s": sm["tpot_s"]["p99"], "routes": sm["routes"]}
+    return {"experiment": "rates-rounds", "rounds": len(rounds), "rates": list(rates),
+            "rows": comparison_rows(summaries, rates, baselines, columns),
             "summaries": summaries, "met_slo_per_round": counts}

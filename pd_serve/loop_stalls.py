@@ -42,6 +42,7 @@ STALL_S = 0.1        # a heartbeat at least this late is a stall
 BEAT_S = 0.01        # heartbeat and watchdog period
 KEEP_STALLS = 64
 STACK_FRAMES = 12    # innermost frames kept per sample
+MAX_SAMPLES = 50     # stack samples kept per stall
 DUMP_AFTER_S = 0.25  # every thread's stack is dumped when the loop has not beaten this long
 REARM_S = 0.05       # how often the heartbeat re-arms that dump (each arming starts a C thread)
 DUMP_CHARS = 12000   # at most this much of one dump is kept
@@ -160,9 +161,9 @@ class LoopStalls:
                 age = now - self._last_beat
                 if watchdog_late > self._held_s and age >= self.threshold_s:
                     self._held_s = watchdog_late
-                if age < self.threshold_s or self._loop_thread is None:
+                if age < self.threshold_s:
                     continue
-                if len(self._samples) < 50:
+                if len(self._samples) < MAX_SAMPLES:
                     self._samples.append({"age_s": age, "stack": _stack_of(self._loop_thread, STACK_FRAMES)})
 
     def summary(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ def test_goodput_pools_every_round_over_their_summed_durations():
          "disaggregated": {"rate=1": run(1100.0, [0.05, 0.05, 0.5])},
          "adaptive": {"rate=1": run(1200.0, [0.05, 0.5, 0.05])}},
     ]
-    pooled = pool_rounds(rounds, [1.0], slo)
+    pooled = pool_rounds(rounds, [1.0], slo, ("colocated", "disaggregated"))
     rows = {r["system"]: r for r in pooled["rows"]}
     assert rows["colocated"]["met_slo_per_round"] == "2 / 3" and rows["colocated"]["met_slo"] == 5
     assert rows["adaptive"]["met_slo_per_round"] == "3 / 2"
@@ -49,4 +49,4 @@ def test_rounds_rotate_which_system_runs_first():
 
 def test_nothing_to_pool_is_an_error():
     with pytest.raises(ValueError):
-        pool_rounds([], [1.0], SloSpec())
+        pool_rounds([], [1.0], SloSpec(), ("colocated",))
