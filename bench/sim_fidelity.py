@@ -11,9 +11,12 @@
    (`pd_serve.request_path`: the time outside the engines, per route), and the host
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
    bursts, with a lone stream on the whole deployment and with one and two streams per engine;
-   by default (`--host neighbour-steps`) a step no other engine computes beside takes the lone
-   stream's excess and the others the per-engine ones; `--host steps` takes the per-engine ones
-   for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
+   `bench.host_load`: how many times longer a prefill's TTFT is beside 1, 2 and 4 streams per
+   engine). By default (`--host load`) a decode step no other engine computes beside takes the
+   lone stream's excess and the others the per-engine ones, and every prefill step and the
+   request path take the load factor for the requests streaming at the time; `--host
+   neighbour-steps` is the same without the load factor; `--host steps` takes the per-engine
+   excess for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
    `--host neighbour` prices a step that starts beside a computing engine by the router's own
    calibration, which probed all engines at once, and `--host neighbour+cpu` adds the path's
    CPU to it; `--host none` leaves the host out). For a summary without
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import sys
 import time
 from dataclasses import asdict, replace
@@ -44,6 +48,7 @@ import yaml
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
+from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
@@ -69,16 +74,23 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "cpu": ("num_cores", "cpu_s_per_token"),
                                           "neighbour-steps": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
                                                               "step_excess_2_s"),
+                                          "load": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                   "step_excess_2_s", "load_stretch"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
+LOAD_FORMS = ("load",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
 # 12's token gaps (a decode step doubles while the other engine decodes), came to 34 and 32 on
 # runs 13 and 14, fresh, against 28 and 33 for the path CPU (mean TPOT 11 and 10 of 12 within
-# 20%, against 5 and 11): the default since.
-DEFAULT_HOST_FORM = "neighbour-steps"
+# 20%, against 5 and 11): the default until run 22. At 2-8 req/s (runs 19-21) it priced the
+# 3,000-token prompts 20-58% fast at 8 req/s; the load form, which also stretches prefills and
+# the request path by the factor measured beside streams, came to 21 and 20 of 36 on run 22's
+# two rounds against 19 and 16 (p99 TTFT 9 and 9 of 12 against 7 and 5; at 8 req/s 3 and 5
+# against 1 and 2): the default since.
+DEFAULT_HOST_FORM = "load"
 GIB = 1 << 30
 
 
@@ -166,7 +178,12 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
           f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream",
           file=sys.stderr, flush=True)
-    return calibration_from_deployment(dep, path.to_dict(), host.to_dict(), router_calibration)
+    load = measure_load_stretch(dep)
+    print("    prefill beside streams: " + ", ".join(f"x{f:.2f} with {n}" for n, f in load.points)
+          + f" (a {load.probe_prompt_tokens}-token prompt, {statistics.median(load.samples[0]) * 1e3:.0f} ms alone)",
+          file=sys.stderr, flush=True)
+    host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
+    return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:
@@ -219,6 +236,10 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"host_form must be one of {sorted(HOST_FORMS)}, got {host_form!r}")
     host = cal.get("host") or {}
     host_spec = {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None}
+    if host_form in LOAD_FORMS and host_spec and "load_stretch" not in host_spec:
+        raise ValueError(f"{label}: host form {host_form!r} needs the prefill's stretch under load "
+                         f"(`bench.host_load`, measured since the evening of 2026-12-01); this record "
+                         f"has none: pass --host neighbour-steps for it")
     if host_form in NEIGHBOUR_FORMS and host_spec:
         together = cal.get("router_calibration") or {}
         if together.get("probed") != "all engines at once":
@@ -423,10 +444,13 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
         line += f"; probed {together.get('probed', '?')}: step overhead {together['overhead_s'] * 1e3:.2f} ms"
     if not host.get("num_cores"):
         return line + "; no host measured (private cores)"
-    return line + (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
-                   f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
-                   f"{_signed_ms(host.get('step_excess_2_s'))} ms, with a lone stream "
-                   f"{_signed_ms(host.get('step_excess_alone_s'))} ms")
+    line += (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
+             f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
+             f"{_signed_ms(host.get('step_excess_2_s'))} ms, with a lone stream "
+             f"{_signed_ms(host.get('step_excess_alone_s'))} ms")
+    if host.get("load_stretch"):
+        line += "; prefill beside streams " + ", ".join(f"x{f:.2f} with {n}" for n, f in host["load_stretch"])
+    return line
 
 
 def _default_model_dir() -> str:
@@ -446,8 +470,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
                     help="the host model: the decode steps' measured excess, with a lone stream "
                          "for the steps no other engine computes beside and with one and two "
-                         "streams per engine for the others (neighbour-steps, the default); the "
-                         "latter for every step (steps); the path's CPU per streamed token over "
+                         "streams per engine for the others, and the prefill steps and the request "
+                         "path stretched by the factor measured beside as many streams as run at "
+                         "the time (load, the default); the same without the stretch "
+                         "(neighbour-steps); the "
+                         "per-engine excess for every step (steps); the path's CPU per streamed token over "
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "
                          "with all engines at once (neighbour; neighbour+cpu adds the path's "
                          "CPU); or none (private cores)")

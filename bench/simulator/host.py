@@ -13,7 +13,7 @@ shows none of it.
 
 Several forms, all with inputs measured on the live deployment before its run
 (`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
-`bench.sim_fidelity --host` picks one (neighbour steps by default since run 13):
+`bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22):
 - path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
@@ -46,6 +46,14 @@ Several forms, all with inputs measured on the live deployment before its run
   (measured on hybrid: step overhead 2.92 ms probed together against 1.36 ms alone). It
   understates it: 0.6 ms more per step on run 12's colocated, where live steps took 2.5-3.5 ms
   more beside a busy engine; alone this form came to 26, 28 and 21 of 36 on runs 12-14.
+- load (`load_stretch` set besides; `--host load`): as neighbour steps, and a step that prefills
+  beside requests streaming anywhere on the host, and the request path of a request sent then,
+  take longer by the stretch measured for that many streams (`bench.host_load`: a 2,048-token
+  prompt's TTFT beside 1, 2 and 4 streams per engine over its TTFT alone), interpolated
+  linearly, beyond the last count along its last segment. A prefill needs its core for 100-300 ms
+  and loses a share of it to the streams' work on the other processes; the decode steps' excess,
+  a fixed few milliseconds, does not carry to it (3,000-token prompts ran 20-58% slower than
+  simulated at 8 req/s, runs 19-21).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -63,7 +71,8 @@ class HostSpec:
     stream, every other engine idle) for the steps no other engine computes beside, when set.
     `neighbour_coefficients`: the step model's COEFFICIENTS calibrated with every engine probed
     at once, for the steps that start while another engine computes (the simulator prices
-    them)."""
+    them). `load_stretch`: (streams on the host, factor) points, measured; with them, prefill
+    steps and the request path take `load_factor(streams)` times longer."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -71,6 +80,7 @@ class HostSpec:
     step_excess_2_s: float | None = None
     step_excess_alone_s: float | None = None
     neighbour_coefficients: tuple[float, float, float, float] | None = None
+    load_stretch: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
@@ -79,10 +89,28 @@ class HostSpec:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
         if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
+        counts = [n for n, _ in self.load_stretch]
+        if any(n <= 0 for n in counts) or counts != sorted(set(counts)):
+            raise ValueError(f"host.load_stretch needs increasing stream counts above 0, got {counts}")
+        if any(f <= 0 for _, f in self.load_stretch):
+            raise ValueError(f"host.load_stretch factors must be positive, got {self.load_stretch}")
 
     @property
     def is_modelled(self) -> bool:
         return self.num_cores > 0
+
+    def load_factor(self, num_streams: int) -> float:
+        """How many times longer a prefill step or the request path takes with `num_streams`
+        requests streaming on the host: 1 at none, the measured points joined linearly, beyond
+        the last along its last segment; never below 1 (a measured point below 1 is noise: a
+        load does not speed a prefill up)."""
+        if not self.is_modelled or not self.load_stretch or num_streams <= 0:
+            return 1.0
+        points = ((0, 1.0), *self.load_stretch)
+        for (n0, f0), (n1, f1) in zip(points, points[1:]):
+            if num_streams <= n1:
+                break
+        return max(1.0, f0 + (f1 - f0) * (num_streams - n0) / (n1 - n0))
 
     def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,

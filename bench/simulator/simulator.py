@@ -30,7 +30,7 @@ from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter
 from bench.simulator.specs import ClusterSpec
 from bench.simulator.step_cost import StepCost
-from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker
+from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker, StepPlan
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import COEFFICIENTS
@@ -166,10 +166,24 @@ class Simulator:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
+                if plan.chunks:  # a prefill loses a share of its core to the streams' work elsewhere
+                    plan.duration_s *= self.cluster.host.load_factor(self._num_streams(plan))
                 plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                                                    plan.duration_s)
             worker.start(plan)
             self.queue.push(now_s + plan.duration_s, ev.STEP_DONE, worker_id)
+
+    def _num_streams(self, plan: StepPlan | None = None) -> int:
+        """Requests streaming tokens on the host now: every worker's running decodes, with
+        `plan`'s in place of its (idle) worker's."""
+        running = sum(len(w.current.decodes) for w in self.workers.values() if w.current is not None)
+        return running + (len(plan.decodes) if plan is not None else 0)
+
+    def _path_s(self, path_s: float) -> float:
+        """The request path now: longer by the host's load factor for the streams running."""
+        if path_s <= 0 or not self.cluster.host.is_modelled:
+            return path_s
+        return path_s * self.cluster.host.load_factor(self._num_streams())
 
     # ---- requests ----------------------------------------------------------------------------
 
@@ -193,7 +207,7 @@ class Simulator:
         target = decision.prefill_worker if is_remote else decision.decode_worker
         request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
         self.router.sent(target, record.request_id, record.input_tokens)
-        return self._dispatch(target, request, now_s, self.cluster.request_path.colocated_s)
+        return self._dispatch(target, request, now_s, self._path_s(self.cluster.request_path.colocated_s))
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}
@@ -232,7 +246,7 @@ class Simulator:
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
         self.router.sent(decode_id, job.record.request_id, 0)
-        return self._dispatch(decode_id, loading, now_s, self.cluster.request_path.handover_s)
+        return self._dispatch(decode_id, loading, now_s, self._path_s(self.cluster.request_path.handover_s))
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
         job.record.ok, job.record.error = False, error

@@ -17,10 +17,12 @@ import pytest
 import ray
 
 from bench.host_cpu import EXCESS_REPEATS, measure_path_cpu
+from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
+from schedulers.candidates import DECODE_ROLES
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import OnlineLinkModel, engine_overhead_s
 
@@ -212,6 +214,22 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
     # tiny model take 3-10 ms here).
     for excess in (host.step_excess_1_s, host.step_excess_2_s, host.step_excess_alone_s):
         assert excess is not None and abs(excess) < 0.02, host
+
+
+def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybrid):
+    """What the simulator's load form gets (bench.host_load): the probe's TTFT with nothing else
+    running and beside 1, 2 and 4 streams per decode-capable engine; afterwards every background
+    stream has ended, on the router and in the engines."""
+    stretch = measure_load_stretch(hybrid, repeats=2)
+    engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
+    assert [n for n, _ in stretch.points] == [k * engines for k in STREAMS_PER_ENGINE]
+    assert sorted(stretch.samples) == [0] + [k * engines for k in STREAMS_PER_ENGINE]
+    assert all(len(v) == 2 and min(v) > 0 for v in stretch.samples.values()), stretch.samples
+    factors = [f for _, f in stretch.points]
+    assert factors == sorted(factors) and all(0 < f < 10 for f in factors), stretch.points
+    workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
+    assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
+               for w in workers.values()), workers
 
 
 def test_every_process_times_its_garbage_collections(hybrid):

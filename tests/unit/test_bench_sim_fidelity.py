@@ -246,11 +246,21 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("neighbour", {**beside, "router_calibration": {**together, "probed": "one engine at a time"}})
     with pytest.raises(ValueError, match="router_calibration"):
         host_of("neighbour")  # a record from before it was kept
+    # The load form: neighbour steps and the prefill's measured stretch beside streams.
+    loaded = {**measured, "host": {**host, "step_excess_alone_s": -0.001, "load_stretch": [[2, 1.4], [4, 1.7]],
+                                   "load_probe": {"probe_prompt_tokens": 1024}}}
+    assert host_of("load", loaded) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001, load_stretch=((2, 1.4), (4, 1.7)))
+    assert host_of("neighbour-steps", loaded) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001)
+    with pytest.raises(ValueError, match="stretch under load"):
+        host_of("load", with_lone)  # a record from before it was measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the neighbour-steps form: the closest on runs 13 and 14.
-    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir),
-                         "colocated").host == host_of("neighbour-steps", with_lone)
+    # Unasked, the load form: the closest on run 22. A record from before it was measured is
+    # refused rather than simulated without it.
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir),
+                         "colocated").host == host_of("load", loaded)
+    with pytest.raises(ValueError, match="--host neighbour-steps"):
+        sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir)
 
 
 def test_the_gaps_table_sets_live_beside_simulated_gaps_by_class():

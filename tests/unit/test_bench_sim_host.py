@@ -13,6 +13,7 @@ from bench.metrics import RequestRecord
 from bench.simulator import ClusterSpec, EngineSpec, get_link, simulate
 from bench.simulator.config import SimConfigError, build_cluster, sim_config_from_dict
 from bench.simulator.host import HostSpec
+from bench.simulator.specs import RequestPathSpec
 from bench.workloads import RequestSpec, Workload
 from schedulers.hardware import HARDWARE_SPECS
 from schedulers.model_spec import MODEL_SPECS
@@ -61,7 +62,22 @@ def test_a_negative_excess_shortens_steps_but_never_below_half():
     assert host.step_delay_s(1, 8, engine_s=0.01) == pytest.approx(-0.005)
 
 
-@pytest.mark.parametrize("field,value", [("num_cores", -1), ("cpu_s_per_token", -1e-3)])
+def test_the_load_factor_joins_the_measured_points_and_goes_on_along_the_last_segment():
+    host = HostSpec(num_cores=2, load_stretch=((2, 1.4), (4, 1.6)))
+    assert host.load_factor(0) == 1.0
+    assert host.load_factor(1) == pytest.approx(1.2)  # from (0, 1) to the first point
+    assert host.load_factor(2) == pytest.approx(1.4)
+    assert host.load_factor(3) == pytest.approx(1.5)
+    assert host.load_factor(8) == pytest.approx(2.0)  # past the last: its segment's slope
+    # Never below 1, and no factor without the points or without a host.
+    assert HostSpec(num_cores=2, load_stretch=((2, 1.4), (4, 0.2))).load_factor(8) == 1.0
+    assert HostSpec(num_cores=2).load_factor(4) == 1.0
+    assert HostSpec(load_stretch=((2, 1.4),)).load_factor(4) == 1.0
+
+
+@pytest.mark.parametrize("field,value", [("num_cores", -1), ("cpu_s_per_token", -1e-3),
+                                         ("load_stretch", ((2, 1.5), (2, 1.6))),
+                                         ("load_stretch", ((0, 1.5),)), ("load_stretch", ((2, 0.0),))])
 def test_bad_host_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"host.{field}"):
         HostSpec(**{field: value})
@@ -130,6 +146,24 @@ def test_a_busy_neighbour_never_shortens_a_step():
     assert [r.tpot_s for r in busy] == pytest.approx([r.tpot_s for r in alone], rel=1e-9)
 
 
+def test_a_prefill_beside_streams_and_its_request_path_take_the_load_factor_longer():
+    # r0 streams on one engine; r1's prompt arrives at the other while it does.
+    work = Workload("w", (RequestSpec("r0", 0.0, 256, 64), RequestSpec("r1", 0.05, 1024, 4)))
+    path = RequestPathSpec(colocated_s=0.01)
+    idle = replace(cluster({"both": 2}, HostSpec(num_cores=2)), request_path=path)
+    loaded = replace(cluster({"both": 2}, HostSpec(num_cores=2, load_stretch=((1, 1.5), (2, 2.0)))),
+                     request_path=path)
+    base = {r.request_id: r for r in simulate(work, idle, ColocatedPolicy()).records}
+    slow = {r.request_id: r for r in simulate(work, loaded, ColocatedPolicy()).records}
+    assert slow["r1"].decode_worker != slow["r0"].decode_worker
+    # r0 started on an idle host and its decode steps are not prefills: unchanged.
+    assert slow["r0"].ttft_s == pytest.approx(base["r0"].ttft_s, rel=1e-9)
+    assert slow["r0"].tpot_s == pytest.approx(base["r0"].tpot_s, rel=1e-9)
+    # r1's path and its prompt's one step, each beside one stream: 1.5 times as long.
+    assert slow["r1"].ttft_s == pytest.approx(1.5 * base["r1"].ttft_s, rel=1e-9)
+    assert base["r1"].ttft_s == pytest.approx(0.01 + MODEL.predict(1024, 0, []), rel=1e-9)
+
+
 # ---- its measurement and its config ----------------------------------------------------------------
 
 def streamed(rid: str, worker: str, prompt: int, times: list[float]) -> RequestRecord:
@@ -191,6 +225,14 @@ def test_a_sim_config_takes_a_measured_host():
     with pytest.raises(SimConfigError, match="host.neighbour.s_per_kv_byte"):
         sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
                               "host": {"num_cores": 2, "neighbour": {**together, "s_per_kv_byte": None}},
+                              "policies": {"colocated": {"workers": {"both": 1}}}})
+    loaded = sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                                   "host": {"num_cores": 2, "load_stretch": [[2, 1.4], [4, 1.6]]},
+                                   "policies": {"colocated": {"workers": {"both": 1}}}})
+    assert build_cluster(loaded, "colocated").host == HostSpec(2, load_stretch=((2, 1.4), (4, 1.6)))
+    with pytest.raises(SimConfigError, match="load_stretch"):
+        sim_config_from_dict({"model": "llama-3-8b", "hardware": "a100",
+                              "host": {"num_cores": 2, "load_stretch": [[4, 1.4], [2, 1.6]]},
                               "policies": {"colocated": {"workers": {"both": 1}}}})
     with pytest.raises(SimConfigError, match="host.cores"):
         sim_config_from_dict({"host": {"cores": 2}, "policies": {"colocated": {"workers": {"both": 1}}}})

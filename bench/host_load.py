@@ -1,0 +1,150 @@
+"""How much longer a prefill takes on a CPU host while other requests stream: measured on an idle
+live deployment before a run, for the simulator's host model (`bench.simulator.host`, form
+`load`).
+
+On a 2-core host every engine's model has a core of its own, and everything else (the engine
+loops, the workers' front-ends, the router, the client, Ray) runs on the same two cores. Each
+streaming request keeps that other work busy, so a prefill, which needs its core the whole time,
+loses part of it. Measured here on colocated (2026-12-01, a 3,000-token prompt, median of six):
+273 ms with nothing else running, 386 ms beside one stream, 441 ms beside two, 518 ms beside
+four; a 200-token prompt's TTFT went 22, 34, 35, 48 ms. The decode steps' excess
+(`bench.host_cpu`) is measured on decode steps of a few milliseconds, where a lost slice is a
+fixed few milliseconds too; a prefill step of 100-300 ms loses a share of its time instead. At 8
+req/s, with 4-10 requests streaming, the simulator without this priced the 3,000-token prompts
+20-58% faster than they ran (p99 TTFT, runs 19-21).
+
+The probe: one `PROBE_PROMPT_TOKENS` prompt with one output token, `REPEATS` times with nothing
+else running and `REPEATS` times beside each count of background streams in
+`STREAMS_PER_ENGINE` times the decode-capable engines (the router places them). A background
+stream is a short prompt with a long output, started again when it ends. The stretch at a count
+is the median probe TTFT there over the median with none. The probe's TTFT holds the request
+path as well as the prefill; the simulator stretches both by it.
+"""
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+PROBE_PROMPT_TOKENS = 1024
+REPEATS = 5
+STREAMS_PER_ENGINE = (1, 2, 4)  # background streams per decode-capable engine, one level each
+STREAM_PROMPT_TOKENS = 128
+# Long enough that a stream restarts about once while a level's probes run, short enough that
+# stopping (each stream runs to its end, so that no request is left behind) takes a second or two.
+STREAM_OUTPUT_TOKENS = 128
+SETTLE_S = 0.5  # after the background streams start, before the first probe
+PAUSE_S = 0.2  # between probes
+
+
+@dataclass(frozen=True)
+class LoadStretch:
+    """`points`: (background streams, median probe TTFT there / median with none), by streams;
+    `samples`: every probe's TTFT in seconds by streams (0 included)."""
+
+    points: tuple[tuple[int, float], ...]
+    probe_prompt_tokens: int
+    samples: dict[int, list[float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"points": [list(p) for p in self.points], "probe_prompt_tokens": self.probe_prompt_tokens,
+                "samples": {str(k): v for k, v in self.samples.items()}}
+
+
+def stretch_points(samples: dict[int, Sequence[float]]) -> tuple[tuple[int, float], ...]:
+    """(streams, factor) for every count but 0, which must be there: the median TTFT there over
+    the median with none, made non-decreasing in the streams by pooling adjacent counts that are
+    out of order (more streams do not make a prefill faster; a drop between counts is the
+    probe's noise, which is large: five probes beside two streams on colocated took 75-230 ms)."""
+    if not samples.get(0):
+        raise ValueError("no probe ran with nothing else streaming: nothing to compare with")
+    bad = {k: v for k, v in samples.items() if not v or min(v) <= 0}
+    if bad:
+        raise ValueError(f"probe TTFTs must be positive and present at every count, got {bad}")
+    alone = statistics.median(samples[0])
+    counts = [k for k in sorted(samples) if k]
+    return tuple(zip(counts, non_decreasing([statistics.median(samples[k]) / alone for k in counts])))
+
+
+def non_decreasing(values: Sequence[float]) -> list[float]:
+    """The least-squares non-decreasing fit of `values` (pool adjacent violators, equal weights)."""
+    blocks: list[list[float]] = []  # [mean, size]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
+
+
+class BackgroundStreams:
+    """`count` requests streaming at all times through `stream` (a `Deployment.stream`), each
+    restarted when it ends, until `stop()`; a failed stream is raised by `stop()`."""
+
+    def __init__(self, stream: Callable[..., Any], count: int, vocab_size: int, salt: str) -> None:
+        from pd_serve.prompts import random_prompt
+
+        self._stream, self._vocab, self._salt, self._prompt = stream, vocab_size, salt, random_prompt
+        self._stop = threading.Event()
+        self._errors: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True, name=f"bg-stream-{k}")
+                         for k in range(count)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, k: int) -> None:
+        n = 0
+        try:
+            while not self._stop.is_set():
+                ids = self._prompt(STREAM_PROMPT_TOKENS, f"{self._salt}-{k}-{n}", self._vocab)
+                for _ in self._stream(prompt_token_ids=ids, max_tokens=STREAM_OUTPUT_TOKENS, ignore_eos=True):
+                    pass  # runs to its end: a stream cut short would leave its request behind
+                n += 1
+        except BaseException as error:  # surfaced by stop()
+            self._errors.append(error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            raise RuntimeError(f"a background stream failed: {self._errors[0]!r}") from self._errors[0]
+
+
+def probe_ttft_s(stream: Callable[..., Any], vocab_size: int, salt: str,
+                 num_tokens: int = PROBE_PROMPT_TOKENS) -> float:
+    """Seconds from sending one `num_tokens` prompt to its (only) token."""
+    from pd_serve.prompts import random_prompt
+
+    ids = random_prompt(num_tokens, salt, vocab_size)
+    t0 = time.perf_counter()
+    ttft = None
+    for item in stream(prompt_token_ids=ids, max_tokens=1, ignore_eos=True):
+        if item["type"] == "token" and ttft is None:
+            ttft = time.perf_counter() - t0
+    if ttft is None:
+        raise RuntimeError("the load probe returned no token")
+    return ttft
+
+
+def measure_load_stretch(dep: Any, repeats: int = REPEATS,
+                         streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE) -> LoadStretch:
+    """The probe on `dep`, which must be otherwise idle (see the module docstring)."""
+    from schedulers.candidates import DECODE_ROLES
+
+    num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
+    samples: dict[int, list[float]] = {}
+    probe_ttft_s(dep.stream, dep.vocab_size, "load-warm")  # the first long prompt after start-up is slow
+    for count in (0, *(k * num_engines for k in streams_per_engine)):
+        background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
+        try:
+            if count:
+                time.sleep(SETTLE_S)
+            for rep in range(repeats):
+                samples.setdefault(count, []).append(probe_ttft_s(dep.stream, dep.vocab_size, f"load-{count}-{rep}"))
+                time.sleep(PAUSE_S)
+        finally:
+            background.stop()
+    return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples)
