@@ -19,7 +19,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         return _up_detached(args)
     dep = deploy(args.config, address=args.address, **_frontend_kwargs(args))  # [frontdoors]
     print(f"pd-serve: deployment '{dep.config.name}' ready in {dep.start_s:.1f}s with workers "
-          + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()), flush=True)
+          + ", ".join(f"{w} ({i.role})" for w, i in dep.infos.items()) + f" ({dep.phases_text()})", flush=True)
     if dep.addresses is not None:  # [frontdoors]
         print(f"pd-serve: gRPC at {dep.addresses.grpc or 'off'}, OpenAI-compatible HTTP at "
               f"{dep.addresses.http_url or 'off'} (token {'required' if args.token else 'off'})",

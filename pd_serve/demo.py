@@ -21,7 +21,8 @@ def run_demo(config: str, max_tokens: int = 16) -> int:
     t0 = time.perf_counter()
     with deploy(config) as dep:
         print(f"ready in {dep.start_s:.1f}s: " + ", ".join(
-            f"{w} ({i.role}, engine {i.start_s:.1f}s)" for w, i in dep.infos.items()))
+            f"{w} ({i.role}, engine {i.start_s:.1f}s)" for w, i in dep.infos.items())
+            + f"; start-up {dep.phases_text()}")
         if dep.handshake_s:
             print("NIXL handshakes pre-warmed: " + ", ".join(
                 f"{k} {v * 1e3:.0f} ms" for k, v in dep.handshake_s.items()))

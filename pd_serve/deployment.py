@@ -75,9 +75,16 @@ class Deployment:
     calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
     link_probes: list = field(default_factory=list)  # transfer.probe_records.PairProbeResult per pair
     links_at_start: dict = field(default_factory=dict)  # the router's link models once deploy() returns
+    # Seconds of each start-up phase in order ("ray", "engines", "calibration", "router", "link
+    # probe", "handshakes"): where a slow start went.
+    start_phases: dict[str, float] = field(default_factory=dict)
     frontend: Any = None  # [frontdoors] the actor serving gRPC/HTTP, None when no server runs
     addresses: FrontendAddresses | None = None  # [frontdoors] where those servers listen
     _closed: bool = False
+
+    def phases_text(self) -> str:
+        """'ray 2.0s, engines 19.8s, ...': the start-up phases' seconds."""
+        return ", ".join(f"{name} {s:.1f}s" for name, s in self.start_phases.items())
 
     # ---- requests --------------------------------------------------------------------------
     def stream(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
@@ -248,11 +255,19 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     from transfer.connector_config import resolve_backend
 
     t0 = time.perf_counter()
+    phases: dict[str, float] = {}
+    mark = [t0]
+
+    def phase_done(name: str) -> None:
+        now = time.perf_counter()
+        phases[name], mark[0] = now - mark[0], now
+
     cfg = as_config(config)
     device = cfg.resolved_device
     resolve_backend(cfg.transfer.backend, device)  # a backend that cannot run fails before any actor
     model = resolve_model(cfg.model)
     owns_ray = init_ray(address)
+    phase_done("ray")
     try:
         single_node = len([n for n in ray.nodes() if n.get("Alive")]) == 1
         num_cores = max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
@@ -262,7 +277,9 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
                    for s in specs}
         infos = dict(zip(workers, ray.get([w.start.remote() for w in workers.values()])))
         child_pids = _engine_child_pids(workers)
+        phase_done("engines")
         calibration = calibrate_engines(workers, infos) if cfg.scheduler.calibrate else None
+        phase_done("calibration")
         from pd_serve.router import Router
 
         router_opts: dict[str, Any] = {"num_cpus": cfg.router.num_cpus, "max_concurrency": 10000}
@@ -271,23 +288,27 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
         router = ray.remote(Router).options(**router_opts).remote(
             cfg, workers, infos, cfg.tokenizer or model, calibration.model if calibration else None)
         ready = ray.get(router.ready.remote())
+        phase_done("router")
         probe_results = []
         if cfg.transfer.probe_at_start and transfer_pairs(infos):
             from transfer.probe_report import probe_json
             probe_results = probe_links(workers, infos, device, cfg.transfer.probe_max_seconds)
             ray.get(router.seed_links.remote(probe_json(probe_results)))
+        phase_done("link probe")
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
         links_at_start = ray.get(router.link_models.remote())
+        phase_done("handshakes")
     except BaseException:
         if owns_ray:
             ray.shutdown()
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
                      child_pids, ready["max_model_len"], ready["vocab_size"], calibration,
-                     probe_results, links_at_start)
+                     probe_results, links_at_start, phases)
     if frontend_settings.is_enabled:  # [frontdoors]
         _start_frontend(dep, model, frontend_settings, detached_name)
-    logger.info("deployment %s ready in %.1fs (%d workers)", cfg.name, dep.start_s, len(workers))
+    logger.info("deployment %s ready in %.1fs (%d workers; %s)", cfg.name, dep.start_s, len(workers),
+                dep.phases_text())
     return dep
 
 

@@ -52,6 +52,15 @@ def _geometry(dep, worker_id: str) -> KVGeometry:
     return KVGeometry.from_hf_config(info.hf_config, info.block_size, info.kv_dtype)
 
 
+def test_the_start_up_says_where_its_time_went(hybrid):
+    """deploy() times each phase, so that a slow start names the phase that was slow."""
+    phases = hybrid.start_phases
+    assert list(phases) == ["ray", "engines", "calibration", "router", "link probe", "handshakes"]
+    assert all(s >= 0 for s in phases.values()) and phases["engines"] > 1, phases
+    assert sum(phases.values()) == pytest.approx(hybrid.start_s, abs=0.05), (phases, hybrid.start_s)
+    assert hybrid.phases_text().startswith("ray ") and "link probe" in hybrid.phases_text()
+
+
 def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
     first, steady = hybrid.startup_probe
     assert first.route == "disaggregated" and first.kv_transfer_bytes > 0
