@@ -136,7 +136,8 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
 
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
     samples: dict[int, list[float]] = {}
-    probe_ttft_s(dep.stream, dep.vocab_size, "load-warm")  # the first long prompt after start-up is slow
+    # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
+    probe_ttft_s(dep.stream, dep.vocab_size, "load-warm")
     for count in (0, *(k * num_engines for k in streams_per_engine)):
         background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
         try:
