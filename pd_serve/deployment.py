@@ -75,15 +75,15 @@ class Deployment:
     calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
     link_probes: list = field(default_factory=list)  # transfer.probe_records.PairProbeResult per pair
     links_at_start: dict = field(default_factory=dict)  # the router's link models once deploy() returns
-    # Seconds of each start-up phase in order ("ray", "engines", "calibration", "router", "link
-    # probe", "handshakes"): where a slow start went.
+    # Seconds of each start-up phase in order ("model", "ray", "engines", "calibration", "router",
+    # "link probe", "handshakes"): where a slow start went.
     start_phases: dict[str, float] = field(default_factory=dict)
     frontend: Any = None  # [frontdoors] the actor serving gRPC/HTTP, None when no server runs
     addresses: FrontendAddresses | None = None  # [frontdoors] where those servers listen
     _closed: bool = False
 
     def phases_text(self) -> str:
-        """'ray 2.0s, engines 19.8s, ...': the start-up phases' seconds."""
+        """'model 0.0s, ray 2.0s, engines 19.8s, ...': the start-up phases' seconds."""
         return ", ".join(f"{name} {s:.1f}s" for name, s in self.start_phases.items())
 
     # ---- requests --------------------------------------------------------------------------
@@ -266,6 +266,7 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     device = cfg.resolved_device
     resolve_backend(cfg.transfer.backend, device)  # a backend that cannot run fails before any actor
     model = resolve_model(cfg.model)
+    phase_done("model")  # the default model is generated here on a machine's first run
     owns_ray = init_ray(address)
     phase_done("ray")
     try:

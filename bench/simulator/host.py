@@ -48,7 +48,7 @@ Several forms, all with inputs measured on the live deployment before its run
   more beside a busy engine; alone this form came to 26, 28 and 21 of 36 on runs 12-14.
 - load (`load_stretch` set besides; `--host load`): as neighbour steps, and a step that prefills
   beside requests streaming anywhere on the host, and the request path of a request sent then,
-  take longer by the stretch measured for that many streams (`bench.host_load`: a 2,048-token
+  take longer by the stretch measured for that many streams (`bench.host_load`: a 1,024-token
   prompt's TTFT beside 1, 2 and 4 streams per engine over its TTFT alone), interpolated
   linearly, beyond the last count along its last segment. A prefill needs its core for 100-300 ms
   and loses a share of it to the streams' work on the other processes; the decode steps' excess,

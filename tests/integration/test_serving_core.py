@@ -55,10 +55,10 @@ def _geometry(dep, worker_id: str) -> KVGeometry:
 def test_the_start_up_says_where_its_time_went(hybrid):
     """deploy() times each phase, so that a slow start names the phase that was slow."""
     phases = hybrid.start_phases
-    assert list(phases) == ["ray", "engines", "calibration", "router", "link probe", "handshakes"]
+    assert list(phases) == ["model", "ray", "engines", "calibration", "router", "link probe", "handshakes"]
     assert all(s >= 0 for s in phases.values()) and phases["engines"] > 1, phases
     assert sum(phases.values()) == pytest.approx(hybrid.start_s, abs=0.05), (phases, hybrid.start_s)
-    assert hybrid.phases_text().startswith("ray ") and "link probe" in hybrid.phases_text()
+    assert hybrid.phases_text().startswith("model ") and "link probe" in hybrid.phases_text()
 
 
 def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
