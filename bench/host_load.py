@@ -113,20 +113,17 @@ class BackgroundStreams:
             raise RuntimeError(f"a background stream failed: {self._errors[0]!r}") from self._errors[0]
 
 
-def probe_ttft_s(stream: Callable[..., Any], vocab_size: int, salt: str,
+def probe_ttft_s(stream: Callable[..., Any], vocab_size: int, salt: int,
                  num_tokens: int = PROBE_PROMPT_TOKENS) -> float:
-    """Seconds from sending one `num_tokens` prompt to its (only) token."""
-    from pd_serve.prompts import random_prompt
+    """Seconds from sending one `num_tokens` prompt to its (only) token, sent by the benchmarks'
+    own client (`bench.run.run_workload`); `salt` makes its prompt its own."""
+    from bench.run import run_workload
+    from bench.workloads import fixed
 
-    ids = random_prompt(num_tokens, salt, vocab_size)
-    t0 = time.perf_counter()
-    ttft = None
-    for item in stream(prompt_token_ids=ids, max_tokens=1, ignore_eos=True):
-        if item["type"] == "token" and ttft is None:
-            ttft = time.perf_counter() - t0
-    if ttft is None:
-        raise RuntimeError("the load probe returned no token")
-    return ttft
+    (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, progress=False, salt=salt)
+    if record.ttft_s is None:
+        raise RuntimeError(f"the load probe failed: {record.error or 'no token came back'}")
+    return record.ttft_s
 
 
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
@@ -137,14 +134,15 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
     samples: dict[int, list[float]] = {}
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
-    probe_ttft_s(dep.stream, dep.vocab_size, "load-warm")
+    probe_ttft_s(dep.stream, dep.vocab_size, salt=-1)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
         background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
         try:
             if count:
                 time.sleep(SETTLE_S)
             for rep in range(repeats):
-                samples.setdefault(count, []).append(probe_ttft_s(dep.stream, dep.vocab_size, f"load-{count}-{rep}"))
+                samples.setdefault(count, []).append(
+                    probe_ttft_s(dep.stream, dep.vocab_size, salt=1000 * count + rep))
                 time.sleep(PAUSE_S)
         finally:
             background.stop()

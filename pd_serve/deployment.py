@@ -256,11 +256,12 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
 
     t0 = time.perf_counter()
     phases: dict[str, float] = {}
-    mark = [t0]
+    phase_start = t0
 
     def phase_done(name: str) -> None:
+        nonlocal phase_start
         now = time.perf_counter()
-        phases[name], mark[0] = now - mark[0], now
+        phases[name], phase_start = now - phase_start, now
 
     cfg = as_config(config)
     device = cfg.resolved_device

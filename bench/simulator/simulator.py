@@ -180,9 +180,8 @@ class Simulator:
         return running + (len(plan.decodes) if plan is not None else 0)
 
     def _path_s(self, path_s: float) -> float:
-        """The request path now: longer by the host's load factor for the streams running."""
-        if path_s <= 0 or not self.cluster.host.is_modelled:
-            return path_s
+        """The request path now: longer by the host's load factor for the streams running (1
+        without a host model or load points)."""
         return path_s * self.cluster.host.load_factor(self._num_streams())
 
     # ---- requests ----------------------------------------------------------------------------

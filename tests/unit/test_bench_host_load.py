@@ -42,7 +42,7 @@ class FakeDeployment:
         self.lock = threading.Lock()
         self.fail_streams = fail_streams
 
-    def stream(self, prompt_token_ids, max_tokens, ignore_eos):
+    def stream(self, prompt_token_ids, max_tokens, ignore_eos, route="auto"):
         assert ignore_eos and all(0 <= t < self.vocab_size for t in prompt_token_ids)
         with self.lock:
             self.open += 1
@@ -51,10 +51,13 @@ class FakeDeployment:
         try:
             if self.fail_streams and max_tokens > 1:
                 raise RuntimeError("engine died")
-            for _ in range(min(max_tokens, 3)):
+            n = min(max_tokens, 3)
+            for _ in range(n):
                 time.sleep(0.01 * (1 + 0.25 * others))
                 yield {"type": "token", "token_ids": [1]}
-            yield {"type": "result", "result": None}
+            yield {"type": "result", "result": SimpleNamespace(
+                route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
+                prefill_worker=None, decode_worker="both-0", token_ids=[1] * n)}
         finally:
             with self.lock:
                 self.open -= 1
