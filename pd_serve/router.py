@@ -28,7 +28,7 @@ from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
-from schedulers.feedback import TtftFeedback
+from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.registry import make_policy
@@ -100,12 +100,12 @@ class Router:
         self.max_model_len = min(i.max_model_len for i in infos.values())
         self.geometry = {wid: KVGeometry.from_hf_config(i.hf_config, i.block_size, i.kv_dtype)
                          for wid, i in infos.items()}
-        self.base_step_model = step_model  # as calibrated at start-up
-        self.step_model = step_model       # scaled by the TTFT feedback as the machine drifts
+        self.step_model = step_model  # as calibrated at start-up, on an idle host
+        # How much slower than calibrated the engines run, by the load on their host (the view
+        # gives each worker its factor; feedback.py).
         self.feedback = TtftFeedback()
         # What TTFTs hold outside the engines, measured per request (path_estimate.py).
         self.paths = {route: RecentMedian() for route in ("colocated", "disaggregated")}
-        self._step_scale = 1.0
         self.slo_table = config.scheduler.slo.table()
         # The chunk that interferes with decodes is the decode-capable workers' token budget.
         self.chunk_tokens = min(rc.engine.max_num_batched_tokens for role, rc in config.workers.items()
@@ -118,7 +118,9 @@ class Router:
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
         self.loop = LoopStalls()  # its event loop watched from ready() on (loop_stalls.py)
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
-        self._scale_at_decision: dict[str, float] = {}
+        # Per request decided with a prediction: its prefilling worker's (speed factor, requests
+        # in flight on that worker's host) at the decision, to undo them when it is observed.
+        self._load_at_decision: dict[str, tuple[float, int]] = {}
         self.auto_policy = self._build_auto_policy()
         self.route_policies = {"colocated": make_policy("colocated"),
                                "disaggregated": make_policy("disaggregated")}
@@ -176,6 +178,12 @@ class Router:
         self.healthy[wid] = False
 
     # ---- views -----------------------------------------------------------------------------
+    def host_inflight(self, wid: str) -> int:
+        """Requests in flight on the workers sharing `wid`'s host (node), each counted once: a
+        disaggregated request is in flight on its prefill worker, then on its decode worker."""
+        node = self.infos[wid].node_ip
+        return sum(self.inflight[w] for w, info in self.infos.items() if info.node_ip == node)
+
     def view(self) -> ClusterView:
         workers = []
         for wid, info in self.infos.items():
@@ -186,7 +194,8 @@ class Router:
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
-                max_model_len=info.max_model_len))
+                max_model_len=info.max_model_len,
+                speed_factor=self.feedback.factor_at(self.host_inflight(wid))))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
@@ -224,9 +233,16 @@ class Router:
                         for wid, i in self.infos.items()},
             "policy": self.auto_policy.name,
             "counters": dict(self.counters),
+            "speed_feedback": self._feedback_summary(),
             "gc": self.gc.summary(),
             "loop": self.loop.summary(),
         }
+
+    def _feedback_summary(self) -> dict:
+        """How much slower than calibrated the prefills run, idle and at 1, 2, 4 and 8 in flight."""
+        fb = self.feedback
+        return {"observed": fb.num_observed, "load_slope": fb.line()[1],
+                "factor_by_inflight": {n: fb.factor_at(n) for n in (0, 1, 2, 4, 8)}}
 
     def metrics_text(self) -> str:  # [frontdoors]
         """The Prometheus exposition of this deployment's metrics (pd_serve/metrics.py)."""
@@ -240,7 +256,9 @@ class Router:
         try:
             decision = self._with_predictions(policy.decide(info, view), info, view)
             if decision.predicted_ttft_s is not None:
-                self._scale_at_decision[rid] = self._step_scale
+                wid = decision.prefill_worker or decision.decode_worker
+                speed = next(w.speed_factor for w in view.workers if w.worker_id == wid)
+                self._load_at_decision[rid] = (speed, self.host_inflight(wid))
             return decision, None
         except NoCandidateError as err:
             if req.route == "colocated":
@@ -271,7 +289,7 @@ class Router:
             async for item in self._run(req, rid, token_ids, decision, fallback, t_arrival):
                 yield item
         finally:
-            self._scale_at_decision.pop(rid, None)  # also when the request failed or was cancelled
+            self._load_at_decision.pop(rid, None)  # also when the request failed or was cancelled
 
     async def _run(self, req: GenerateRequest, rid: str, token_ids: list[int], decision: Decision,
                    fallback: str | None, t_arrival: float) -> AsyncIterator[dict]:
@@ -322,11 +340,14 @@ class Router:
         if result.predicted_ttft_s is None or result.ttft_s <= 0 or result.fallback is not None:
             return
         engines_s = engines_share_s(result.route, engine_s)
+        at_decision = self._load_at_decision.get(result.request_id)
         self.prediction_log.append({
             "request_id": result.request_id, "route": result.route,
             "num_prompt_tokens": result.num_prompt_tokens,
             "predicted_ttft_s": result.predicted_ttft_s, "ttft_s": result.ttft_s,
-            "predicted": dict(decision.predictions), "engine_s": dict(engine_s), "engines_s": engines_s})
+            "predicted": dict(decision.predictions), "engine_s": dict(engine_s), "engines_s": engines_s,
+            "speed_factor": at_decision[0] if at_decision else None,
+            "host_inflight": at_decision[1] if at_decision else None})
         if engines_s is not None:  # the route's path: the TTFT less the engines' share
             self.paths[result.route].observe(result.ttft_s - engines_s)
         # The speed factor compares the prefill's queue + compute inside its engine, not the whole
@@ -335,24 +356,11 @@ class Router:
         # predictions, colocated ones included, too slow (seen here: 600-token prompts
         # predicted at 110 ms while they took 75); nor does the path, a few ms per request that
         # made short prompts look 30-50% slow.
-        predicted_prefill_s = (decision.predictions.get(f"{result.route}.queue_s", 0.0)
-                               + decision.predictions.get(f"{result.route}.prefill_s", 0.0))
+        predicted_s = predicted_prefill_s(result.route, decision.predictions)
         prefill_s = engine_s.get("prefill" if result.route == "disaggregated" else "decode")
-        if prefill_s and predicted_prefill_s > 0:
-            scale = self._scale_at_decision.get(result.request_id, self._step_scale)
-            self.feedback.observe(predicted_prefill_s / scale, prefill_s)
-            self._follow_feedback()
-
-    def _follow_feedback(self) -> None:
-        """Rescale the step model when the feedback factor moved by more than 2%."""
-        factor = self.feedback.factor
-        if self.base_step_model is None or abs(factor / self._step_scale - 1) < 0.02:
-            return
-        self._step_scale = factor
-        self.step_model = self.base_step_model.scaled(factor)
-        self.predictor = RoutePredictor(self.step_model, self.chunk_tokens)
-        if self.config.scheduler.policy == "adaptive":
-            self.auto_policy = self._build_auto_policy()
+        if prefill_s and predicted_s > 0 and at_decision is not None:
+            speed, num_inflight = at_decision
+            self.feedback.observe(predicted_s / speed, prefill_s, num_inflight)
 
     async def prediction_errors(self) -> list[dict]:
         """Recent requests that had a prediction: route, predicted and actual TTFT, the named

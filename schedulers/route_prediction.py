@@ -25,6 +25,9 @@ Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s
                    decode worker busy with local prefills, against 8-10 ms predicted).
     path_s       = the route's seconds outside the engines (ClusterView.path_s; measured, 0
                    until then: schedulers/path_estimate.py).
+
+Every step on a worker is the calibrated model's times the worker's `speed_factor`: the router's
+feedback for how much slower than calibrated the engine runs at the load now on its host.
 """
 from __future__ import annotations
 
@@ -124,17 +127,18 @@ class RoutePredictor:
         """Seconds until `worker` has prefilled the prompts queued on it."""
         steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
                                                         self.chunk_tokens, self.decode_contexts(worker))
-        return sum(steps)
+        return sum(steps) * worker.speed_factor
 
     def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
         """The request's queue wait and chunked prefill on `worker`."""
-        model, decodes = self.step_model, self.decode_contexts(worker)
+        model, decodes, speed = self.step_model, self.decode_contexts(worker), worker.speed_factor
         queue_s = self.queue_s(worker)
         # vLLM computes at least the last prompt token, even on a full prefix-cache hit.
         num_new = max(1, request.num_uncached_tokens)
         num_context = max(0, request.num_prompt_tokens - num_new)
-        steps_s = model.chunked_prefill_steps_s(num_new, num_context, self.chunk_tokens, decodes)
-        decode_only_s = model.predict(0, 0, decodes)
+        steps_s = [s * speed for s in
+                   model.chunked_prefill_steps_s(num_new, num_context, self.chunk_tokens, decodes)]
+        decode_only_s = model.predict(0, 0, decodes) * speed
         itl_s = max(steps_s) if (steps_s and decodes) else 0.0
         extra_itl_s = itl_s - decode_only_s if itl_s else 0.0
         engine_s = sum(steps_s) - decode_only_s * len(steps_s)
@@ -152,8 +156,8 @@ class RoutePredictor:
         """`part`: `prefill_on(request, prefill)`; `kv_bytes`: the prompt's KV bytes to ship."""
         decodes = self.decode_contexts(decode)
         last_token_context = max(0, request.num_prompt_tokens - 1)
-        first_step_s = self.step_model.predict(1, last_token_context, decodes)
-        first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes)
+        first_step_s = self.step_model.predict(1, last_token_context, decodes) * decode.speed_factor
+        first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes) * decode.speed_factor
         transfer_s = link.predict_s(kv_bytes)
         # vLLM schedules running requests first: prompts D is already prefilling take its whole
         # token budget until they are done, and the loaded request (waiting) gets no step before.

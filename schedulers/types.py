@@ -44,7 +44,9 @@ class WorkerView:
     """One engine's state as last seen by the router.
 
     `role`: "prefill" | "decode" | "both". Counts are requests unless named `_tokens`;
-    `kv_cache_usage` is the engine's used fraction 0..1.
+    `kv_cache_usage` is the engine's used fraction 0..1. `speed_factor`: how many times longer
+    than calibrated this engine's steps run now (the router's TTFT feedback at the load on the
+    engine's host: schedulers/feedback.py); 1 means as calibrated.
     """
 
     worker_id: str
@@ -56,10 +58,13 @@ class WorkerView:
     num_inflight: int = 0
     num_queued_prefill_tokens: int = 0
     max_model_len: int = 0  # the engine's limit on prompt + output tokens; 0: not known
+    speed_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"worker {self.worker_id!r}: role {self.role!r} is not one of {ROLES}")
+        if not self.speed_factor > 0:
+            raise ValueError(f"worker {self.worker_id!r}: speed_factor must be > 0, got {self.speed_factor}")
 
     @property
     def is_full(self) -> bool:

@@ -9,6 +9,10 @@ itself, and the live router's path (router to engine and back) is a part of that
 is called as `policy.decide(RequestInfo, ClusterView)`; when it finds no candidate, the
 request is prefilled locally by the colocated policy, and that fallback is counted. A decision
 without a predicted TTFT gets the cost model's prediction for the route taken, as live.
+As live, the router learns how much slower than calibrated its prefills run at each load
+(`schedulers.feedback.TtftFeedback`, fed with each prefill's simulated queue wait + compute on
+its worker against the prediction), and gives every worker that factor for the requests in
+flight on the host (the simulated cluster is one host) in the view.
 """
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from typing import Mapping
 
 from bench.simulator.worker import SimWorker
 from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
+from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
-from schedulers.route_prediction import RoutePredictor
+from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
 from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,
                               Policy, RequestInfo, WorkerView)
@@ -40,12 +45,23 @@ class SimRouter:
         self.prefill_queues = PrefillQueues()
         self.num_fallbacks = 0
         self._fallback_policy = ColocatedPolicy()
+        self.feedback = TtftFeedback()
+        # Per request decided with a prediction: (predicted queue + prefill on its prefilling
+        # worker, that worker's speed factor, requests in flight on the host) at the decision.
+        self._at_decision: dict[str, tuple[float, float, int]] = {}
+        self._prefill_start_s: dict[str, float] = {}  # when the prompt reached its prefilling worker
+
+    @property
+    def host_inflight(self) -> int:
+        return sum(self.num_inflight.values())
 
     def view(self) -> ClusterView:
+        speed = self.feedback.factor_at(self.host_inflight)
         workers = tuple(WorkerView(
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
-            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid)) for wid, w in self.workers.items())
+            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed)
+            for wid, w in self.workers.items())
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
     def decide(self, request: RequestInfo) -> Decision:
@@ -58,31 +74,47 @@ class SimRouter:
             self.num_fallbacks += 1
         self._check(decision)
         if decision.predicted_ttft_s is None and self.predictor is not None:
+            route = self._predict(decision, request, view)
             decision = Decision(decision.route, decision.decode_worker, decision.prefill_worker,
-                                decision.reason, self._predict_ttft_s(decision, request, view),
-                                decision.predictions)
+                                decision.reason, route.ttft_s, {**decision.predictions, **route.as_dict()})
+        predicted_s = predicted_prefill_s(decision.route, decision.predictions)
+        if predicted_s > 0:
+            wid = decision.prefill_worker or decision.decode_worker
+            speed = next(w.speed_factor for w in view.workers if w.worker_id == wid)
+            self._at_decision[request.request_id] = (predicted_s, speed, self.host_inflight)
         return decision
 
-    def _predict_ttft_s(self, decision: Decision, request: RequestInfo, view: ClusterView) -> float:
-        """The cost model's TTFT for the route taken (`pd_serve.router.Router._predict_ttft_s`)."""
+    def _predict(self, decision: Decision, request: RequestInfo, view: ClusterView) -> RoutePrediction:
+        """The cost model's prediction for the route taken (`pd_serve.router.Router._with_predictions`)."""
         by_id = {w.worker_id: w for w in view.workers}
         slos = SloTable().for_request(request)  # SLOs do not change a predicted TTFT
         decode = by_id[decision.decode_worker]
         if decision.route == ROUTE_COLOCATED:
-            return self.predictor.colocated(request, decode, slos).ttft_s
+            return self.predictor.colocated(request, decode, slos)
         prefill = by_id[decision.prefill_worker]
         part = self.predictor.prefill_on(request, prefill)
         link = view.link(prefill.worker_id, decode.worker_id)
         kv_bytes = self.predictor.step_model.kv.bytes_for_tokens(request.num_prompt_tokens)
-        return self.predictor.disaggregated(request, prefill, decode, part, link, kv_bytes, slos).ttft_s
+        return self.predictor.disaggregated(request, prefill, decode, part, link, kv_bytes, slos)
 
     def sent(self, worker_id: str, request_id: str, num_prefill_tokens: int) -> None:
         self.num_inflight[worker_id] += 1
         if num_prefill_tokens:
             self.prefill_queues.sent(worker_id, request_id, num_prefill_tokens)
 
-    def prefilled(self, worker_id: str, request_id: str) -> None:
+    def reached(self, request_id: str, now_s: float) -> None:
+        """The prompt reached its prefilling worker (after the request path)."""
+        if request_id in self._at_decision:
+            self._prefill_start_s[request_id] = now_s
+
+    def prefilled(self, worker_id: str, request_id: str, now_s: float) -> None:
+        """The prompt's prefill is done on `worker_id`: the feedback learns its queue + compute."""
         self.prefill_queues.prefilled(worker_id, request_id)
+        start_s = self._prefill_start_s.pop(request_id, None)
+        at_decision = self._at_decision.pop(request_id, None)
+        if start_s is not None and at_decision is not None:
+            predicted_s, speed, num_inflight = at_decision
+            self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight)
 
     def done(self, worker_id: str) -> None:
         self.num_inflight[worker_id] -= 1

@@ -220,7 +220,7 @@ class Simulator:
             if record.first_token_s is None:
                 record.first_token_s = now_s
                 if job.decision.route != ROUTE_DISAGGREGATED:
-                    self.router.prefilled(worker_id, record.request_id)
+                    self.router.prefilled(worker_id, record.request_id, now_s)
             if outcome == FINISHED:
                 record.finish_s = now_s
                 self.router.done(worker_id)
@@ -234,12 +234,14 @@ class Simulator:
         if delay_s > 0:
             self.queue.push(now_s + delay_s, ev.DISPATCH, (worker_id, request))
             return set()
+        if not request.needs_remote_kv:  # the prompt reached the worker that prefills it
+            self.router.reached(request.job.record.request_id, now_s)
         self.workers[worker_id].add(request)
         return {worker_id}
 
     def _hand_over(self, job: Job, held: EngineRequest, prefill_id: str, now_s: float) -> set[str]:
         """Prefill done on P: the router sends the request to its decode worker."""
-        self.router.prefilled(prefill_id, job.record.request_id)
+        self.router.prefilled(prefill_id, job.record.request_id, now_s)
         self.router.done(prefill_id)
         decode_id = job.decision.decode_worker
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,

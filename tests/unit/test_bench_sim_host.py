@@ -236,3 +236,18 @@ def test_a_sim_config_takes_a_measured_host():
                               "policies": {"colocated": {"workers": {"both": 1}}}})
     with pytest.raises(SimConfigError, match="host.cores"):
         sim_config_from_dict({"host": {"cores": 2}, "policies": {"colocated": {"workers": {"both": 1}}}})
+
+
+def test_the_simulated_router_learns_the_hosts_load_and_prices_prefills_by_it():
+    # r0 streams throughout; a 1,024-token prompt arrives every 0.2 s beside it, each alone with
+    # it, so each runs 1.5 times as long as calibrated. The router learns it as live does.
+    from bench.simulator.simulator import Simulator
+    prompts = tuple(RequestSpec(f"p{i}", 0.1 + 0.2 * i, 1024, 1) for i in range(30))
+    work = Workload("w", (RequestSpec("r0", 0.0, 256, 2000),) + prompts)
+    loaded = cluster({"both": 2}, HostSpec(num_cores=2, load_stretch=((1, 1.5), (2, 2.0))))
+    sim = Simulator(loaded, ColocatedPolicy())
+    records = {r.request_id: r for r in sim.run(work).records}
+    first, last = records["p0"], records["p29"]
+    assert first.ttft_s / first.predicted_ttft_s == pytest.approx(1.5, rel=0.02)  # priced as on an idle host
+    assert last.ttft_s / last.predicted_ttft_s == pytest.approx(1.0, rel=0.05)
+    assert sim.router.feedback.factor_at(1) == pytest.approx(1.5, rel=0.05)

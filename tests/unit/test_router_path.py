@@ -24,8 +24,7 @@ def test_a_route_holds_the_share_of_every_engine_it_calls():
 
 def _router():
     return SimpleNamespace(paths={"colocated": RecentMedian(), "disaggregated": RecentMedian()},
-                           prediction_log=[], feedback=TtftFeedback(), _scale_at_decision={},
-                           _step_scale=1.0, _follow_feedback=lambda: None)
+                           prediction_log=[], feedback=TtftFeedback(), _load_at_decision={})
 
 
 def _result(route, ttft_s):
@@ -49,3 +48,14 @@ def test_a_request_without_an_engines_timestamp_teaches_nothing():
                             {"prefill": None, "decode": 0.1})
     assert r.paths["disaggregated"].count == 0
     assert r.prediction_log[0]["engines_s"] is None
+
+
+def test_the_feedback_learns_the_calibrated_prediction_at_the_load_it_was_decided_at():
+    r = _router()
+    seen = []
+    r.feedback = SimpleNamespace(observe=lambda *args: seen.append(args))
+    r._load_at_decision["r-colocated"] = (1.5, 3)  # its worker's speed factor, requests in flight
+    decision = SimpleNamespace(predictions={"colocated.queue_s": 0.015, "colocated.prefill_s": 0.045})
+    Router._observe_actuals(r, _result("colocated", 0.080), decision, {"decode": 0.072})
+    assert seen == [pytest.approx((0.04, 0.072, 3))]  # 0.06 predicted / 1.5: the idle-host model's
+    assert r.prediction_log[0]["host_inflight"] == 3 and r.prediction_log[0]["speed_factor"] == 1.5

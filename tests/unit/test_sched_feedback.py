@@ -47,3 +47,36 @@ def test_scaled_model_predicts_proportionally_longer_steps():
     with pytest.raises(ValueError):
         model.scaled(0)
     assert math.isclose(model.scaled(1.0).predict(10), model.predict(10))
+
+
+def test_a_host_that_slows_prefills_with_load_gives_a_rising_line():
+    fb = TtftFeedback(half_life=50, warmup=3)
+    # Measured here: prefills 1.3x slower beside one request, 1.6x beside three, as calibrated alone.
+    for _ in range(20):
+        for n, slowdown in ((0, 1.0), (1, 1.3), (3, 1.6)):
+            fb.observe(0.1, 0.1 * slowdown, num_inflight=n)
+    a, b = fb.line()
+    assert b > 0
+    assert fb.factor == pytest.approx(1.0, abs=0.05)  # an idle host runs as calibrated
+    assert fb.factor_at(1) == pytest.approx(1.3, rel=0.05)
+    assert fb.factor_at(3) == pytest.approx(1.6, rel=0.05)
+    assert fb.factor_at(8) > fb.factor_at(3)  # the line goes on past the loads seen
+
+
+def test_load_never_makes_prefills_faster_and_one_load_tilts_nothing():
+    faster = TtftFeedback(warmup=1)
+    for _ in range(10):
+        faster.observe(0.1, 0.2, num_inflight=0)
+        faster.observe(0.1, 0.1, num_inflight=4)  # noise that would give a falling line
+    assert faster.line()[1] == 0.0
+    assert faster.factor_at(4) == faster.factor  # flat: the mean of all
+    one_load = TtftFeedback(warmup=1)
+    for _ in range(10):
+        one_load.observe(0.1, 0.15, num_inflight=2)
+    assert one_load.line()[1] == pytest.approx(0.0, abs=1e-9)  # no spread in load: no slope, only drift
+    assert one_load.factor_at(0) == pytest.approx(1.5) == pytest.approx(one_load.factor_at(6))
+
+
+def test_a_bad_ridge_is_refused():
+    with pytest.raises(ValueError):
+        TtftFeedback(ridge=-1)

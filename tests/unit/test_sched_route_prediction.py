@@ -60,3 +60,21 @@ def test_a_long_prompt_missing_either_way_goes_to_the_prefill_worker():
     col, dis = d.predictions["colocated.violation"], d.predictions["disaggregated.violation"]
     assert col > 1 and dis > 1 and dis <= col * 1.1
     assert (d.route, d.prefill_worker, d.decode_worker) == ("disaggregated", "p", "b")
+
+
+def test_a_worker_running_slower_than_calibrated_has_every_step_priced_so():
+    pred = _predictor()
+    req = RequestInfo("r", num_prompt_tokens=5000, max_tokens=8)
+    calm = WorkerView("b", "both", num_running=3, num_queued_prefill_tokens=3000)
+    loaded = WorkerView("b", "both", num_running=3, num_queued_prefill_tokens=3000, speed_factor=1.5)
+    a, b = pred.prefill_on(req, calm), pred.prefill_on(req, loaded)
+    for field in ("queue_s", "prefill_s", "itl_s", "extra_itl_s", "engine_s"):
+        assert getattr(b, field) == pytest.approx(1.5 * getattr(a, field)), field
+    p = WorkerView("p", "prefill")
+    link = LinkEstimate(0.001, 10e9)
+    d_calm = pred.disaggregated(req, p, calm, pred.prefill_on(req, p), link, 10**6, (1.0, 0.1))
+    d_slow = pred.disaggregated(req, p, loaded, pred.prefill_on(req, p), link, 10**6, (1.0, 0.1))
+    assert d_slow.first_step_s == pytest.approx(1.5 * d_calm.first_step_s)
+    assert d_slow.transfer_s == d_calm.transfer_s  # the link is not the host's CPU
+    with pytest.raises(ValueError, match="speed_factor"):
+        WorkerView("b", "both", speed_factor=0.0)
