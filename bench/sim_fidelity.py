@@ -12,10 +12,12 @@
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
    bursts, with a lone stream on the whole deployment and with one and two streams per engine;
    `bench.host_load`: how many times longer a prefill's TTFT is beside 1, 2 and 4 streams per
-   engine). By default (`--host load`) a decode step no other engine computes beside takes the
-   lone stream's excess and the others the per-engine ones, and every prefill step and the
-   request path take the load factor for the requests streaming at the time; `--host
-   neighbour-steps` is the same without the load factor; `--host steps` takes the per-engine
+   engine). By default (`--host load-path`) a decode step no other engine computes beside takes
+   the lone stream's excess and the others the one-stream excess per engine, each stream it
+   carries beyond the first adds the path's CPU per streamed token, and every prefill step and
+   the request path take the load factor for the requests streaming at the time; `--host load`
+   takes the bursts' two-stream excess for the further streams instead; `--host
+   neighbour-steps` is load without the load factor; `--host steps` takes the per-engine
    excess for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
    `--host neighbour` prices a step that starts beside a computing engine by the router's own
    calibration, which probed all engines at once, and `--host neighbour+cpu` adds the path's
@@ -76,11 +78,14 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                                               "step_excess_2_s"),
                                           "load": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
                                                    "step_excess_2_s", "load_stretch"),
+                                          "load-path": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                        "step_excess_2_s", "load_stretch", "cpu_s_per_token"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load",)
+LOAD_FORMS = ("load", "load-path")
+PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
 # 12's token gaps (a decode step doubles while the other engine decodes), came to 34 and 32 on
@@ -89,8 +94,11 @@ LOAD_FORMS = ("load",)
 # 3,000-token prompts 20-58% fast at 8 req/s; the load form, which also stretches prefills and
 # the request path by the factor measured beside streams, came to 21 and 20 of 36 on run 22's
 # two rounds against 19 and 16 (p99 TTFT 9 and 9 of 12 against 7 and 5; at 8 req/s 3 and 5
-# against 1 and 2): the default since.
-DEFAULT_HOST_FORM = "load"
+# against 1 and 2): the default until run 25. The load-path form, which takes each further
+# stream in a decode step at the path's CPU per streamed token, came to 185 of 252 on the seven
+# saved rounds of runs 22-24 it was chosen on (load: 165), and to 28, 20 and 26 of 36 on run 25's
+# three, fresh (load: 22, 19, 23; mean TPOT 21 of 36 within 20% against 11): the default since.
+DEFAULT_HOST_FORM = "load-path"
 GIB = 1 << 30
 
 
@@ -240,6 +248,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs the prefill's stretch under load "
                          f"(`bench.host_load`, measured since the evening of 2026-12-01); this record "
                          f"has none: pass --host neighbour-steps for it")
+    if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
+        if "cpu_s_per_token" not in host_spec:
+            raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
+                             f"(`bench.host_cpu`); this record has none")
+        host_spec["stream_step_s"] = host_spec.pop("cpu_s_per_token")
     if host_form in NEIGHBOUR_FORMS and host_spec:
         together = cal.get("router_calibration") or {}
         if together.get("probed") != "all engines at once":
@@ -472,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
                          "for the steps no other engine computes beside and with one and two "
                          "streams per engine for the others, and the prefill steps and the request "
                          "path stretched by the factor measured beside as many streams as run at "
-                         "the time (load, the default); the same without the stretch "
+                         "the time (load); as load with each stream beyond the "
+                         "first in a decode step adding the path's CPU per streamed token "
+                         "(load-path, the default); load without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "

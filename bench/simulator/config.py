@@ -16,7 +16,8 @@ unknown key`). Schema (defaults in brackets):
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
-           step_excess_alone_s: null, neighbour: null, load_stretch: []}   # CPU hosts, measured live
+           step_excess_alone_s: null, stream_step_s: null, neighbour: null,
+           load_stretch: []}   # CPU hosts, measured live
     # host.neighbour: {overhead_s, s_per_linear_flop, s_per_attention_flop, s_per_kv_byte},
     # the step model calibrated with all engines probed at once
     policies:                         # compared runs: label -> policy on its own workers
@@ -139,6 +140,7 @@ class HostConfig(_Strict):
     step_excess_1_s: float | None = None  # may be negative: see bench.simulator.host
     step_excess_2_s: float | None = None
     step_excess_alone_s: float | None = None
+    stream_step_s: float | None = Field(None, ge=0)  # per stream beyond the first; None: e2 - e1
     neighbour: Optional[NeighbourStepConfig] = None
     load_stretch: list[tuple[int, float]] = Field(default_factory=list)  # (streams, factor) points
 

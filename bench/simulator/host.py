@@ -13,7 +13,8 @@ shows none of it.
 
 Several forms, all with inputs measured on the live deployment before its run
 (`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
-`bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22):
+`bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22,
+load-path from run 25):
 - path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
@@ -54,6 +55,17 @@ Several forms, all with inputs measured on the live deployment before its run
   and loses a share of it to the streams' work on the other processes; the decode steps' excess,
   a fixed few milliseconds, does not carry to it (3,000-token prompts ran 20-58% slower than
   simulated at 8 req/s, runs 19-21).
+- load-path (`stream_step_s` set besides, to the path's CPU per streamed token; `--host
+  load-path`): as load, but each stream a
+  decode step carries beyond the first adds the request path's CPU per streamed token
+  (`bench.host_cpu`), not the bursts' e2 - e1. Every token a step streams goes through the
+  worker's front-end, the router and the client on the shared cores, and the engine's next step
+  waits for that work; the bursts' difference between one and two streams is a few tenths of a
+  millisecond and noisy (e2 - e1 = -0.48 ms on run 24's disaggregated), where a second stream on
+  one engine with the others idle cost 1.7-2.6 ms more per gap live (run 24, `bench.token_gaps`).
+  On the saved rounds of runs 19-24 (13 rounds, the form chosen on them; runs 19-21, measured
+  before the stretch was, as neighbour-steps with this slope): 318 of 468 figures within 20%
+  against 286, mean TPOT 102 of 156 against 77, no round worse.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -68,7 +80,8 @@ class HostSpec:
     """`num_cores`: the host's cores (0: no host model). `cpu_s_per_token`: the request path's
     CPU per streamed token. `step_excess_1_s`, `step_excess_2_s`: the measured step excess with
     one and two streams; when both are set, they are the model, with `step_excess_alone_s` (one
-    stream, every other engine idle) for the steps no other engine computes beside, when set.
+    stream, every other engine idle) for the steps no other engine computes beside, when set,
+    and `stream_step_s`, when set, for what each stream beyond the first adds (else e2 - e1).
     `neighbour_coefficients`: the step model's COEFFICIENTS calibrated with every engine probed
     at once, for the steps that start while another engine computes (the simulator prices
     them). `load_stretch`: (streams on the host, factor) points, measured; with them, prefill
@@ -79,6 +92,7 @@ class HostSpec:
     step_excess_1_s: float | None = None
     step_excess_2_s: float | None = None
     step_excess_alone_s: float | None = None
+    stream_step_s: float | None = None
     neighbour_coefficients: tuple[float, float, float, float] | None = None
     load_stretch: tuple[tuple[int, float], ...] = ()
 
@@ -118,7 +132,8 @@ class HostSpec:
         if not self.is_modelled or num_streamed_tokens <= 0:
             return 0.0
         if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
-            slope = self.step_excess_2_s - self.step_excess_1_s
+            slope = (self.stream_step_s if self.stream_step_s is not None
+                     else self.step_excess_2_s - self.step_excess_1_s)
             one = self.step_excess_1_s
             if self.step_excess_alone_s is not None and num_busy_engines <= 1:
                 one = self.step_excess_alone_s

@@ -253,12 +253,18 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     assert host_of("neighbour-steps", loaded) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001)
     with pytest.raises(ValueError, match="stretch under load"):
         host_of("load", with_lone)  # a record from before it was measured
+    # load-path: as load, with the path's CPU per streamed token as each further stream's cost.
+    assert host_of("load-path", loaded) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001, stream_step_s=0.004,
+                                                    load_stretch=((2, 1.4), (4, 1.7)))
+    no_cpu = {**loaded, "host": {k: v for k, v in loaded["host"].items() if k != "cpu_s_per_token"}}
+    with pytest.raises(ValueError, match="CPU per streamed token"):
+        host_of("load-path", no_cpu)
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the load form: the closest on run 22. A record from before it was measured is
-    # refused rather than simulated without it.
+    # Unasked, the load-path form: the closest on run 25. A record from before the stretch was
+    # measured is refused rather than simulated without it.
     assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir),
-                         "colocated").host == host_of("load", loaded)
+                         "colocated").host == host_of("load-path", loaded)
     with pytest.raises(ValueError, match="--host neighbour-steps"):
         sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir)
 

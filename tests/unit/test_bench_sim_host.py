@@ -52,6 +52,11 @@ def test_a_step_no_other_engine_computes_beside_takes_the_lone_streams_excess():
     assert host.step_delay_s(1, 1, engine_s=0.01) == pytest.approx(0.0005)  # alone on the host
     assert host.step_delay_s(1, 3, engine_s=0.01) == pytest.approx(0.0005 + 2 * 0.001)  # same slope
     assert host.step_delay_s(2, 1, engine_s=0.01) == pytest.approx(0.003)  # another engine computes
+    # With the path's CPU per token as the slope (load-path): each stream beyond the first adds it.
+    path = HostSpec(num_cores=2, step_excess_1_s=0.003, step_excess_2_s=0.0025, step_excess_alone_s=0.0005,
+                    stream_step_s=0.0015)
+    assert path.step_delay_s(1, 3, engine_s=0.01) == pytest.approx(0.0005 + 2 * 0.0015)
+    assert path.step_delay_s(2, 2, engine_s=0.01) == pytest.approx(0.003 + 0.0015)
     # Without the lone measurement, every step takes e1 (the measured-steps form).
     assert HostSpec(2, step_excess_1_s=0.003, step_excess_2_s=0.004).step_delay_s(1, 1) == pytest.approx(0.003)
 

@@ -59,3 +59,12 @@ def test_the_feedback_learns_the_calibrated_prediction_at_the_load_it_was_decide
     Router._observe_actuals(r, _result("colocated", 0.080), decision, {"decode": 0.072})
     assert seen == [pytest.approx((0.04, 0.072, 3))]  # 0.06 predicted / 1.5: the idle-host model's
     assert r.prediction_log[0]["host_inflight"] == 3 and r.prediction_log[0]["speed_factor"] == 1.5
+
+
+def test_the_load_on_a_worker_is_what_is_in_flight_on_its_host():
+    import collections
+    infos = {"both-0": SimpleNamespace(node_ip="10.0.0.1"), "both-1": SimpleNamespace(node_ip="10.0.0.1"),
+             "prefill-0": SimpleNamespace(node_ip="10.0.0.2")}
+    r = SimpleNamespace(infos=infos, inflight=collections.Counter({"both-0": 2, "both-1": 1, "prefill-0": 5}))
+    assert Router.host_inflight(r, "both-1") == 3  # both engines of the first node
+    assert Router.host_inflight(r, "prefill-0") == 5
