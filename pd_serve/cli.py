@@ -73,6 +73,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
               f"{load.get('num_running', '-')} waiting {load.get('num_waiting', '-')} "
               f"KV {load.get('kv_cache_usage', 0.0):.2f}")
     print(f"  counters: {st['counters']}")
+    speed = st.get("speed_feedback")
+    if speed:  # the router's speed line (schedulers/feedback.py): prefill time over calibrated, by load
+        factors = ", ".join(f"x{f:.2f} at {n}" for n, f in speed["factor_by_inflight"].items())
+        print(f"  prefills against the calibration, by requests in flight on the host: {factors} "
+              f"(from {speed['observed']} prefills)")
     return 0
 
 

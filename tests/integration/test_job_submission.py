@@ -74,6 +74,11 @@ def test_job_submission_deploys_serves_and_comes_down_cleanly(cluster):
     r = client.generate(prompt_token_ids=list(range(40, 140)), max_tokens=5, ignore_eos=True,
                         route="disaggregated")
     assert len(r.token_ids) == 5 and r.route == "disaggregated" and r.kv_transfer_bytes > 0
+    text = _run(str(BIN / "pd-serve"), "status", "--name", NAME, "--address", gcs, env=env)
+    assert text.returncode == 0 and "up" in text.stdout, text.stderr[-2000:]
+    # The router learned from that prefill how fast its engines run against their calibration.
+    assert "prefills against the calibration, by requests in flight on the host: x" in text.stdout
+    assert "(from 0 prefills)" not in text.stdout, text.stdout
 
     engine_pids = _engine_pids(gcs)
     assert engine_pids
