@@ -98,6 +98,8 @@ PATH_SLOPE_FORMS = ("load-path",)
 # stream in a decode step at the path's CPU per streamed token, came to 185 of 252 on the seven
 # saved rounds of runs 22-24 it was chosen on (load: 165), and to 28, 20 and 26 of 36 on run 25's
 # three, fresh (load: 22, 19, 23; mean TPOT 21 of 36 within 20% against 11): the default since.
+# On run 26 it tied with load (66 of 108 each); its linear slope overshoots the TPOT of a single
+# decode engine carrying 6-10 streams at 8 req/s (79-111% high in one round).
 DEFAULT_HOST_FORM = "load-path"
 GIB = 1 << 30
 

@@ -65,7 +65,10 @@ load-path from run 25):
   one engine with the others idle cost 1.7-2.6 ms more per gap live (run 24, `bench.token_gaps`).
   On the saved rounds of runs 19-24 (13 rounds, the form chosen on them; runs 19-21, measured
   before the stretch was, as neighbour-steps with this slope): 318 of 468 figures within 20%
-  against 286, mean TPOT 102 of 156 against 77, no round worse.
+  against 286, mean TPOT 102 of 156 against 77, no round worse. Fresh, runs 25 and 26: 74 and 66
+  of 108, against 64 and 66. The slope is linear in the batch, and the path's work overlaps the
+  next step on another core: on one decode engine carrying 6-10 streams (disaggregated and
+  hybrid at 8 req/s) the simulated mean TPOT came out 79-111% high in run 26's third round.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
