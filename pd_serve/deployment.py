@@ -16,6 +16,7 @@ from pd_serve.config import DeploymentConfig, as_config
 from pd_serve.link_probe import probe_links, transfer_pairs
 from pd_serve.frontend.settings import FrontendAddresses, FrontendSettings, ModelInfo  # [frontdoors]
 from pd_serve.request import GenerateResult, InvalidRequestError, make_request
+from pd_serve.shm_leftovers import unlink_leftovers
 from pd_serve.worker import EngineWorker, WorkerInfo, WorkerSpec
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,8 @@ class Deployment:
     handshake_s: dict[str, float]
     owns_ray: bool
     child_pids: list[int] = field(default_factory=list)
+    # The engines' shared-memory segments seen at start-up (pd_serve/shm_leftovers.py).
+    shm_segments: list[str] = field(default_factory=list)
     max_model_len: int = 0
     vocab_size: int = 0
     calibration: Any = None  # pd_serve.calibration.Calibration when scheduler.calibrate is on
@@ -156,6 +159,7 @@ class Deployment:
             ray.kill(self.router)
         except Exception:
             pass
+        segments = set(self.shm_segments) | set(_engine_shm_segments(self.workers))
         refs = {wid: w.shutdown.remote() for wid, w in self.workers.items()}
         for wid, ref in refs.items():
             try:
@@ -168,6 +172,7 @@ class Deployment:
             except Exception:
                 pass
         _reap(self.child_pids)
+        unlink_leftovers(segments)  # every engine process is gone now
         if self.owns_ray:
             ray.shutdown()
 
@@ -300,12 +305,13 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
         links_at_start = ray.get(router.link_models.remote())
         phase_done("handshakes")
+        shm_segments = _engine_shm_segments(workers)
     except BaseException:
         if owns_ray:
             ray.shutdown()
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
-                     child_pids, ready["max_model_len"], ready["vocab_size"], calibration,
+                     child_pids, shm_segments, ready["max_model_len"], ready["vocab_size"], calibration,
                      probe_results, links_at_start, phases)
     if frontend_settings.is_enabled:  # [frontdoors]
         _start_frontend(dep, model, frontend_settings, detached_name)
@@ -371,3 +377,15 @@ def calibrate_engines(workers: dict[str, Any], infos: dict[str, WorkerInfo], one
 def _engine_child_pids(workers: dict[str, Any]) -> list[int]:
     import ray
     return [pid for pids in ray.get([w.child_pids.remote() for w in workers.values()]) for pid in pids]
+
+
+def _engine_shm_segments(workers: dict[str, Any], timeout_s: float = 10.0) -> list[str]:
+    """The shared-memory segments the live workers' engines have mapped (dead workers: none)."""
+    import ray
+    found: list[str] = []
+    for w in workers.values():
+        try:
+            found += ray.get(w.shm_segments.remote(), timeout=timeout_s)
+        except Exception:  # a dead worker: what start-up saw of it stands
+            pass
+    return found

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from pd_serve.deployment import NAMESPACE, WORKER_SHUTDOWN_TIMEOUT_S, _reap
+from pd_serve.shm_leftovers import unlink_leftovers
 
 logger = logging.getLogger(__name__)
 ROUTER_SUFFIX = ":router"
@@ -116,13 +117,16 @@ def down(name: str) -> list[str]:
     ray.kill(router)
     removed.append(name + ROUTER_SUFFIX)
     pids: list[int] = []
+    segments: list[str] = []
     for wid, w in workers.items():
         try:
             pids += ray.get(w.child_pids.remote(), timeout=30)
+            segments += ray.get(w.shm_segments.remote(), timeout=30)
             ray.get(w.shutdown.remote(), timeout=WORKER_SHUTDOWN_TIMEOUT_S)
         except Exception as err:  # already dead: nothing to stop gracefully
             logger.info("worker %s: %s", wid, type(err).__name__)
         ray.kill(w)
         removed.append(f"{name}:{wid}")
     _reap(pids)  # engine processes on this node whose actor could not stop them
+    unlink_leftovers(segments)  # and the shared memory of any that was killed
     return removed

@@ -294,3 +294,11 @@ class EngineWorker(ProbeHost):
         """The engine's processes (EngineCore and its workers), for reaping after a hard kill."""
         import psutil
         return [p.pid for p in psutil.Process().children(recursive=True)]
+
+    def shm_segments(self) -> list[str]:
+        """The /dev/shm segments this actor and its engine's processes have mapped, for removal
+        after a hard kill (shm_leftovers.py); the actor's own multiprocessing semaphore was one."""
+        import os
+
+        from pd_serve.shm_leftovers import mapped_segments
+        return mapped_segments([os.getpid(), *self.child_pids()])

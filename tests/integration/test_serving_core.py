@@ -314,3 +314,6 @@ def test_shutdown_leaves_no_engine_process_behind(hybrid):
     alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not alive
     assert not ray.is_initialized()
+    # Nor their shared memory, though the prefill worker above was killed, not stopped.
+    assert hybrid.shm_segments, "the deployment should know its engines' shared memory"
+    assert not [p for p in hybrid.shm_segments if os.path.exists(p)]
