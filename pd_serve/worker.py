@@ -296,8 +296,8 @@ class EngineWorker(ProbeHost):
         return [p.pid for p in psutil.Process().children(recursive=True)]
 
     def shm_segments(self) -> list[str]:
-        """The /dev/shm segments this actor and its engine's processes have mapped, for removal
-        after a hard kill (shm_leftovers.py); the actor's own multiprocessing semaphore was one."""
+        """The /dev/shm segments this actor (vLLM's front-end runs here) and its engine's
+        processes have mapped, for removal after a hard kill (shm_leftovers.py)."""
         import os
 
         from pd_serve.shm_leftovers import mapped_segments

@@ -12,7 +12,7 @@ overestimates overlapping work a little; a fit absorbs that.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Sequence
 
 from schedulers.flops import FlopCount, decode_step_flops, prefill_flops
@@ -99,15 +99,6 @@ class StepTimeModel:
             size = min(chunk_tokens, num_tokens - start)
             steps_s.append(self.predict(size, num_cached_tokens + start, decode_contexts))
         return steps_s
-
-    def scaled(self, factor: float) -> StepTimeModel:
-        """The same model with every step `factor` times longer (a machine running slower)."""
-        if factor <= 0:
-            raise ValueError(f"factor must be positive, got {factor}")
-        return replace(self, overhead_s=self.overhead_s * factor,
-                       s_per_linear_flop=self.s_per_linear_flop * factor,
-                       s_per_attention_flop=self.s_per_attention_flop * factor,
-                       s_per_kv_byte=self.s_per_kv_byte * factor)
 
     @classmethod
     def from_roofline(cls, spec: ModelSpec, hw: HardwareSpec, block_size: int = 16) -> StepTimeModel:

@@ -1,14 +1,9 @@
 """The TTFT feedback factor follows a machine that runs slower or faster than calibrated."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from schedulers.feedback import TtftFeedback
-from schedulers.model_spec import MODEL_SPECS
-from schedulers.step_time import StepTimeModel
-from schedulers.hardware import get_hardware
 
 
 def test_factor_is_one_until_warmed_up():
@@ -37,16 +32,6 @@ def test_factor_is_clamped_and_ignores_nonsense():
     assert fb.num_observed == 0
     fb.observe(0.001, 10.0)
     assert fb.factor == 4.0
-
-
-def test_scaled_model_predicts_proportionally_longer_steps():
-    spec = MODEL_SPECS["llama-3-8b"]
-    model = StepTimeModel.from_roofline(spec, get_hardware("a100"))
-    t = model.predict(1024, 0, [512] * 4)
-    assert model.scaled(1.7).predict(1024, 0, [512] * 4) == pytest.approx(1.7 * t)
-    with pytest.raises(ValueError):
-        model.scaled(0)
-    assert math.isclose(model.scaled(1.0).predict(10), model.predict(10))
 
 
 def test_a_host_that_slows_prefills_with_load_gives_a_rising_line():
