@@ -26,6 +26,12 @@ its steps double a decode step on this 2-core host (run 12: a one-stream gap of 
 the other engine idle, 5.2-6.9 ms while it decoded). So the same requests run once more one at
 a time on the whole deployment: `step_excess_alone_s`, the excess with every other engine idle,
 for the form that tells the two apart (`--host neighbour-steps`).
+
+A decode engine's batch at 8 req/s reaches 6-10 streams, and no burst above holds more than
+two per engine; the path-CPU slope per further stream (`--host load-path`) put run 26's
+single-decode-engine TPOT there 79-111% high. So two more bursts keep `BATCH_STREAMS_PER_ENGINE`
+requests per engine in flight at once: `step_excess_batch`, the median excess of their steps
+at that batch, for the form that follows the measured excess by batch (`--host load-batch`).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ BURST_OUTPUT_TOKENS = (4, 64)
 ALONE_REQUESTS = 3  # per decode-capable engine, one stream each, for the one-stream step excess
 EXCESS_REPEATS = 4  # the one-stream and lone-stream bursts, repeated ...
 EXCESS_PAUSE_S = 3.0  # ... this far apart: the excess is their median over all the gaps
+BATCH_STREAMS_PER_ENGINE = (4, 8)  # the large-batch bursts: this many per engine at once, each
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,8 @@ class PathCpu:
     step_excess_2_s: float | None = None
     # ... and with one stream on the whole deployment (every other engine idle).
     step_excess_alone_s: float | None = None
+    # ... and (batch, excess) with BATCH_STREAMS_PER_ENGINE streams per engine at once.
+    step_excess_batch: tuple[tuple[int, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -191,6 +200,16 @@ def measure_path_cpu(dep: Any) -> PathCpu:
                             "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1)})
         excess[1] = step_excess_by_batch(one_stream, decode_step_s).get(1)
         excess_alone = step_excess_by_batch(lone_stream, decode_step_s).get(1)
+        batch_excess = []
+        for per_engine in BATCH_STREAMS_PER_ENGINE:
+            count = per_engine * num_engines
+            records = run_workload(dep.stream, fixed(count, BURST_PROMPT_TOKENS, num_tokens, concurrency=count),
+                                   dep.vocab_size, progress=False, salt=-3 * num_tokens - per_engine)
+            _check_served(records, f"{per_engine}-stream burst")
+            by_batch = step_excess_by_batch(records, decode_step_s)
+            samples.append({"window": f"{per_engine} streams per engine", "step_excess_by_batch_s": by_batch})
+            if per_engine in by_batch:
+                batch_excess.append((per_engine, by_batch[per_engine]))
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
-                   excess.get(1), excess.get(2), excess_alone)
+                   excess.get(1), excess.get(2), excess_alone, tuple(batch_excess))

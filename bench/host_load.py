@@ -114,27 +114,30 @@ class BackgroundStreams:
 
 
 def probe_ttft_s(stream: Callable[..., Any], vocab_size: int, salt: int,
-                 num_tokens: int = PROBE_PROMPT_TOKENS) -> float:
+                 num_tokens: int = PROBE_PROMPT_TOKENS, route: str = "auto") -> float:
     """Seconds from sending one `num_tokens` prompt to its (only) token, sent by the benchmarks'
-    own client (`bench.run.run_workload`); `salt` makes its prompt its own."""
+    own client (`bench.run.run_workload`) on `route`; `salt` makes its prompt its own."""
     from bench.run import run_workload
     from bench.workloads import fixed
 
-    (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, progress=False, salt=salt)
+    (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, route=route, progress=False, salt=salt)
     if record.ttft_s is None:
         raise RuntimeError(f"the load probe failed: {record.error or 'no token came back'}")
     return record.ttft_s
 
 
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
-                         streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE) -> LoadStretch:
-    """The probe on `dep`, which must be otherwise idle (see the module docstring)."""
+                         streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE, route: str = "auto",
+                         salt_base: int = 0) -> LoadStretch:
+    """The probe on `dep`, which must be otherwise idle (see the module docstring), sent on
+    `route`. A second probe of the same deployment needs another `salt_base` (under 1000 -
+    `repeats`): a prompt it sent before would come from the engine's prefix cache."""
     from schedulers.candidates import DECODE_ROLES
 
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
     samples: dict[int, list[float]] = {}
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
-    probe_ttft_s(dep.stream, dep.vocab_size, salt=-1)
+    probe_ttft_s(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
         background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
         try:
@@ -142,7 +145,7 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                 time.sleep(SETTLE_S)
             for rep in range(repeats):
                 samples.setdefault(count, []).append(
-                    probe_ttft_s(dep.stream, dep.vocab_size, salt=1000 * count + rep))
+                    probe_ttft_s(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route))
                 time.sleep(PAUSE_S)
         finally:
             background.stop()

@@ -33,6 +33,11 @@
    length) in the simulator, summarizes them with `bench.metrics`, and prints for every system
    and rate live vs simulated p50 TTFT, p99 TTFT and mean TPOT with |sim - live| / live; the
    issue's target is every error within 20 %. Writes everything to `--out`.
+
+Given the summary of a `bench.compare --rounds R` sweep, it simulates every round with that
+round's own measurements and reports the rounds pooled, and each round, live and simulated,
+against the other rounds' live pool (`bench.fidelity_rounds`): on this host one 60-request round
+is too noisy a target to tell the simulator from the live system's own spread.
 """
 from __future__ import annotations
 
@@ -61,6 +66,7 @@ from pd_serve.report import format_table
 from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import COEFFICIENTS, StepTimeModel
+from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_DISAGGREGATED
 from transfer.kv_geometry import KVGeometry
 
 TOLERANCE = 0.20
@@ -77,14 +83,18 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "neighbour-steps": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
                                                               "step_excess_2_s"),
                                           "load": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
-                                                   "step_excess_2_s", "load_stretch"),
+                                                   "step_excess_2_s", "load_stretch", "load_stretch_beside"),
                                           "load-path": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
-                                                        "step_excess_2_s", "load_stretch", "cpu_s_per_token"),
+                                                        "step_excess_2_s", "load_stretch", "load_stretch_beside",
+                                                        "cpu_s_per_token"),
+                                          "load-batch": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                         "step_excess_2_s", "step_excess_batch", "load_stretch",
+                                                         "load_stretch_beside"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path")
+LOAD_FORMS = ("load", "load-path", "load-batch")
 PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
@@ -102,6 +112,7 @@ PATH_SLOPE_FORMS = ("load-path",)
 # decode engine carrying 6-10 streams at 8 req/s (79-111% high in one round).
 DEFAULT_HOST_FORM = "load-path"
 GIB = 1 << 30
+BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
 
 # ---- calibration -----------------------------------------------------------------------------
@@ -186,14 +197,28 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     print(f"    path CPU: {host.background_cores:.3f} cores idle, {host.cpu_s_per_request * 1e3:.1f} ms per "
           f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores; decode steps "
           f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
-          f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream",
+          f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream"
+          + "".join(f", {_signed_ms(e)} ms with {n}" for n, e in host.step_excess_batch),
           file=sys.stderr, flush=True)
     load = measure_load_stretch(dep)
-    print("    prefill beside streams: " + ", ".join(f"x{f:.2f} with {n}" for n, f in load.points)
+    _print_stretch("prefill beside streams", load)
+    host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
+    roles = {info.role for info in dep.infos.values()}
+    if ROLE_PREFILL in roles:
+        # A prefill-only engine streams nothing itself. Where the router may also prefill on an
+        # engine that streams, the probe above may not have gone to it: send it there.
+        beside = load if ROLE_BOTH not in roles else measure_load_stretch(dep, route=ROUTE_DISAGGREGATED,
+                                                                            salt_base=BESIDE_SALT)
+        if beside is not load:
+            _print_stretch("prefill on the prefill-only engine beside streams", beside)
+        host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict())
+    return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
+
+
+def _print_stretch(what: str, load: Any) -> None:
+    print(f"    {what}: " + ", ".join(f"x{f:.2f} with {n}" for n, f in load.points)
           + f" (a {load.probe_prompt_tokens}-token prompt, {statistics.median(load.samples[0]) * 1e3:.0f} ms alone)",
           file=sys.stderr, flush=True)
-    host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
-    return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
 def step_model_from_calibration(cal: Mapping[str, Any]) -> StepTimeModel:
@@ -250,6 +275,9 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs the prefill's stretch under load "
                          f"(`bench.host_load`, measured since the evening of 2026-12-01); this record "
                          f"has none: pass --host neighbour-steps for it")
+    if host_form == "load-batch" and host_spec and not host_spec.get("step_excess_batch"):
+        raise ValueError(f"{label}: host form 'load-batch' needs the decode steps' excess at large batches "
+                         f"(`bench.host_cpu`, measured since run 28); this record has none")
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -389,10 +417,12 @@ def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] 
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True,
-                 host_form: str = DEFAULT_HOST_FORM) -> list[dict[str, Any]]:
+                 host_form: str = DEFAULT_HOST_FORM,
+                 sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
-    `host_form`: which of the host model's forms (HOST_FORMS) to simulate with."""
+    `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
+    when given, receives each (system, rate)'s simulated records."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -418,6 +448,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 matches = same_requests(workload, live_records)
                 live_gaps = gap_summary(classify_gaps([RequestRecord.from_dict(d) for d in live_records]))
             result = simulate_system(config, label, step_model, workload)
+            if sim_records is not None:
+                sim_records[(label, rate)] = list(result.records)
             sim_summary = summarize(result.records, slo)
             metrics = compare_summaries(live_summary, sim_summary, tolerance)
             rows.append({"system": label, "rate": rate, "num_requests": num_requests,
@@ -462,9 +494,12 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     line += (f"; path CPU {host['cpu_s_per_token'] * 1e3:.2f} ms per streamed token, on {host['num_cores']} "
              f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
              f"{_signed_ms(host.get('step_excess_2_s'))} ms, with a lone stream "
-             f"{_signed_ms(host.get('step_excess_alone_s'))} ms")
+             f"{_signed_ms(host.get('step_excess_alone_s'))} ms"
+             + "".join(f", with {n} {_signed_ms(e)} ms" for n, e in host.get("step_excess_batch") or ()))
     if host.get("load_stretch"):
         line += "; prefill beside streams " + ", ".join(f"x{f:.2f} with {n}" for n, f in host["load_stretch"])
+    if host.get("load_stretch_beside"):
+        line += ("; on the prefill-only engine " + ", ".join(f"x{f:.2f} with {n}" for n, f in host["load_stretch_beside"]))
     return line
 
 
@@ -473,9 +508,42 @@ def _default_model_dir() -> str:
     return ensure_default_model()
 
 
+def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namespace) -> int:
+    """A `--rounds R` sweep: every round simulated with its own measurements, pooled, and each
+    round held against the others' live pool (bench.fidelity_rounds)."""
+    from bench.fidelity_rounds import fidelity_over_rounds, held_out_table
+
+    cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
+    for name in live["round_dirs"]:
+        measured = json.loads((live_path.parent / name / "summary.json").read_text()).get("measured") or {}
+        missing = [label for label in RATES_SYSTEMS if label not in measured]
+        if missing and cal is None:
+            print(f"bench.sim_fidelity: {name} holds no measurements of {', '.join(missing)}; give "
+                  f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
+            return 2
+    result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance)
+    n_rounds = len(result["rounds"])
+    print(f"\nSimulator vs live CPU runs, {n_rounds} rounds pooled ({live_path}); each round simulated "
+          f"with its own measurements; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
+    print(fidelity_table(result["pooled_rows"], args.tolerance))
+    print(f"\n{result['pooled_within_tolerance']}/{result['pooled_checks']} within {args.tolerance:.0%}, pooled")
+    print(f"\nEach round against the other rounds' live pool: figures within {args.tolerance:.0%}, the live "
+          f"round's (how well the live system predicts itself) beside the simulated round's\n")
+    print(held_out_table(result["held_out"]))
+    live_ok = sum(h["live_round_ok"] for h in result["held_out"])
+    sim_ok = sum(h["sim_round_ok"] for h in result["held_out"])
+    checks = sum(h["checks"] for h in result["held_out"])
+    print(f"\nheld out, all rounds: live {live_ok}/{checks}, simulated {sim_ok}/{checks}")
+    write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
+                          "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks})
+    print(f"wrote {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sim_fidelity", description=__doc__.splitlines()[0])
-    ap.add_argument("--live", default="results/rates/summary.json", help="bench.compare rates summary.json")
+    ap.add_argument("--live", default="results/rates/summary.json",
+                    help="bench.compare rates summary.json: one round's, or a --rounds sweep's (pooled)")
     ap.add_argument("--calibration", default=None,
                     help="calibration JSON (coefficients, model/KV geometry, link); absent: measure it")
     ap.add_argument("--calibration-out", default="results/cpu_calibration.json",
@@ -489,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path stretched by the factor measured beside as many streams as run at "
                          "the time (load); as load with each stream beyond the "
                          "first in a decode step adding the path's CPU per streamed token "
-                         "(load-path, the default); load without the stretch "
+                         "(load-path, the default); as load with the further streams priced by "
+                         "the excess measured at 4 and 8 streams per engine (load-batch); load "
+                         "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "
@@ -500,11 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     if live.get("experiment") == "rates-rounds":
-        print(f"bench.sim_fidelity: {live_path} pools {live['rounds']} rounds, each deployed and "
-              f"calibrated afresh; pass one round's summary: "
-              + ", ".join(str(live_path.parent / d / "summary.json") for d in live["round_dirs"]),
-              file=sys.stderr)
-        return 2
+        return _main_rounds(live_path, live, args)
     if live.get("experiment") != "rates":
         print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
               file=sys.stderr)

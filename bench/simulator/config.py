@@ -16,8 +16,8 @@ unknown key`). Schema (defaults in brackets):
     link: {preset: ib_ndr, alpha_s: null, bandwidth_bytes_per_s: null, shared: false}
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
-           step_excess_alone_s: null, stream_step_s: null, neighbour: null,
-           load_stretch: []}   # CPU hosts, measured live
+           step_excess_alone_s: null, stream_step_s: null, step_excess_batch: [], neighbour: null,
+           load_stretch: [], load_stretch_beside: []}   # CPU hosts, measured live
     # host.neighbour: {overhead_s, s_per_linear_flop, s_per_attention_flop, s_per_kv_byte},
     # the step model calibrated with all engines probed at once
     policies:                         # compared runs: label -> policy on its own workers
@@ -141,12 +141,17 @@ class HostConfig(_Strict):
     step_excess_2_s: float | None = None
     step_excess_alone_s: float | None = None
     stream_step_s: float | None = Field(None, ge=0)  # per stream beyond the first; None: e2 - e1
+    step_excess_batch: list[tuple[int, float]] = Field(default_factory=list)  # (streams > 2, excess) points
     neighbour: Optional[NeighbourStepConfig] = None
     load_stretch: list[tuple[int, float]] = Field(default_factory=list)  # (streams, factor) points
+    # the same for a prefill on a prefill-only engine, beside the streams of the others
+    load_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
 
     def spec(self) -> HostSpec:
-        values = self.model_dump(exclude={"neighbour", "load_stretch"})
-        values["load_stretch"] = tuple((int(n), float(f)) for n, f in self.load_stretch)
+        keys = ("load_stretch", "load_stretch_beside", "step_excess_batch")
+        values = self.model_dump(exclude={"neighbour", *keys})
+        for key in keys:
+            values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))
         if self.neighbour is not None:
             values["neighbour_coefficients"] = tuple(getattr(self.neighbour, k) for k in COEFFICIENTS)
         return HostSpec(**values)

@@ -7,7 +7,7 @@ from typing import Any
 
 ARRIVAL = "arrival"  # payload: the job
 DISPATCH = "dispatch"  # payload: (worker id, engine request) reaching its worker after the path
-STEP_DONE = "step_done"  # payload: worker id
+STEP_DONE = "step_done"  # payload: (worker id, its step number: a re-stretched step's earlier end is stale)
 TRANSFER_BYTES = "transfer_bytes"  # payload: transfer whose latency (alpha) has passed
 LINK_CHECK = "link_check"  # payload: (link key, link version) of a predicted completion
 

@@ -54,7 +54,12 @@ load-path from run 25):
   linearly, beyond the last count along its last segment. A prefill needs its core for 100-300 ms
   and loses a share of it to the streams' work on the other processes; the decode steps' excess,
   a fixed few milliseconds, does not carry to it (3,000-token prompts ran 20-58% slower than
-  simulated at 8 req/s, runs 19-21).
+  simulated at 8 req/s, runs 19-21). The factor follows the streams while a step runs
+  (`bench.simulator.stretch`), and a prefill on a prefill-only engine, which streams nothing
+  itself, takes `load_stretch_beside` when measured: the probe sent to that engine (on hybrid,
+  x1.56 / x1.89 / x3.39 beside 1 / 2 / 4 streams, where the router's own choice of engine gave
+  x1.03 / x1.36 / x1.36). Both together moved hybrid's pooled p99 TTFT from 18-50% low to
+  1-29% on runs 22-26 (with the disaggregated deployment's probe for the missing points).
 - load-path (`stream_step_s` set besides, to the path's CPU per streamed token; `--host
   load-path`): as load, but each stream a
   decode step carries beyond the first adds the request path's CPU per streamed token
@@ -69,6 +74,11 @@ load-path from run 25):
   of 108, against 64 and 66. The slope is linear in the batch, and the path's work overlaps the
   next step on another core: on one decode engine carrying 6-10 streams (disaggregated and
   hybrid at 8 req/s) the simulated mean TPOT came out 79-111% high in run 26's third round.
+- load-batch (`step_excess_batch` set besides; `--host load-batch`): as load, but a decode step
+  carrying n streams takes, beyond its first stream's excess, what the measured excess grew by
+  from one stream to n: the line through the bursts' excess at 1, 2, 4 and 8 streams per engine
+  (`bench.host_cpu`), beyond the last point along its last segment. A large batch is measured
+  instead of extrapolated from one or two streams.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -88,7 +98,12 @@ class HostSpec:
     `neighbour_coefficients`: the step model's COEFFICIENTS calibrated with every engine probed
     at once, for the steps that start while another engine computes (the simulator prices
     them). `load_stretch`: (streams on the host, factor) points, measured; with them, prefill
-    steps and the request path take `load_factor(streams)` times longer."""
+    steps and the request path take `load_factor(streams)` times longer.
+    `step_excess_batch`: (streams, excess) points measured beyond two streams; with them, what
+    each stream beyond the first adds follows the excess through e1, e2 and them.
+    `load_stretch_beside`: the same points for a prefill on a prefill-only engine, which streams
+    nothing itself, beside the streams of the others (`load_factor(streams, beside=True)`);
+    without them, `load_stretch` stands for both."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -96,8 +111,10 @@ class HostSpec:
     step_excess_2_s: float | None = None
     step_excess_alone_s: float | None = None
     stream_step_s: float | None = None
+    step_excess_batch: tuple[tuple[int, float], ...] = ()
     neighbour_coefficients: tuple[float, float, float, float] | None = None
     load_stretch: tuple[tuple[int, float], ...] = ()
+    load_stretch_beside: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
@@ -106,24 +123,31 @@ class HostSpec:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
         if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
-        counts = [n for n, _ in self.load_stretch]
-        if any(n <= 0 for n in counts) or counts != sorted(set(counts)):
-            raise ValueError(f"host.load_stretch needs increasing stream counts above 0, got {counts}")
-        if any(f <= 0 for _, f in self.load_stretch):
-            raise ValueError(f"host.load_stretch factors must be positive, got {self.load_stretch}")
+        batches = [n for n, _ in self.step_excess_batch]
+        if any(n <= 2 for n in batches) or batches != sorted(set(batches)):
+            raise ValueError(f"host.step_excess_batch needs increasing stream counts above 2, got {batches}")
+        for name in ("load_stretch", "load_stretch_beside"):
+            points = getattr(self, name)
+            counts = [n for n, _ in points]
+            if any(n <= 0 for n in counts) or counts != sorted(set(counts)):
+                raise ValueError(f"host.{name} needs increasing stream counts above 0, got {counts}")
+            if any(f <= 0 for _, f in points):
+                raise ValueError(f"host.{name} factors must be positive, got {points}")
 
     @property
     def is_modelled(self) -> bool:
         return self.num_cores > 0
 
-    def load_factor(self, num_streams: int) -> float:
+    def load_factor(self, num_streams: int, beside: bool = False) -> float:
         """How many times longer a prefill step or the request path takes with `num_streams`
-        requests streaming on the host: 1 at none, the measured points joined linearly, beyond
-        the last along its last segment; never below 1 (a measured point below 1 is noise: a
-        load does not speed a prefill up)."""
-        if not self.is_modelled or not self.load_stretch or num_streams <= 0:
+        requests streaming on the host (`beside`: a prefill on a prefill-only engine, priced by
+        `load_stretch_beside` when measured): 1 at none, the measured points joined linearly,
+        beyond the last along its last segment; never below 1 (a measured point below 1 is
+        noise: a load does not speed a prefill up)."""
+        stretch = self.load_stretch_beside if beside and self.load_stretch_beside else self.load_stretch
+        if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
-        points = ((0, 1.0), *self.load_stretch)
+        points = ((0, 1.0), *stretch)
         for (n0, f0), (n1, f1) in zip(points, points[1:]):
             if num_streams <= n1:
                 break
@@ -135,11 +159,22 @@ class HostSpec:
         if not self.is_modelled or num_streamed_tokens <= 0:
             return 0.0
         if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
-            slope = (self.stream_step_s if self.stream_step_s is not None
-                     else self.step_excess_2_s - self.step_excess_1_s)
             one = self.step_excess_1_s
             if self.step_excess_alone_s is not None and num_busy_engines <= 1:
                 one = self.step_excess_alone_s
-            return max(-engine_s / 2, one + (num_streamed_tokens - 1) * slope)
+            return max(-engine_s / 2, one + self._further_streams_s(num_streamed_tokens))
         free_cores = max(1, self.num_cores - num_busy_engines)
         return num_streamed_tokens * self.cpu_s_per_token / free_cores
+
+    def _further_streams_s(self, num_streams: int) -> float:
+        """What the streams of a decode step beyond its first add to its excess."""
+        assert self.step_excess_1_s is not None and self.step_excess_2_s is not None
+        if self.step_excess_batch:
+            points = ((1, self.step_excess_1_s), (2, self.step_excess_2_s), *self.step_excess_batch)
+            for (n0, e0), (n1, e1) in zip(points, points[1:]):
+                if num_streams <= n1:
+                    break
+            return e0 + (e1 - e0) * (num_streams - n0) / (n1 - n0) - self.step_excess_1_s
+        slope = (self.stream_step_s if self.stream_step_s is not None
+                 else self.step_excess_2_s - self.step_excess_1_s)
+        return (num_streams - 1) * slope

@@ -30,11 +30,12 @@ from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter
 from bench.simulator.specs import ClusterSpec
 from bench.simulator.step_cost import StepCost
+from bench.simulator.stretch import StretchedStep
 from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker, StepPlan
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import COEFFICIENTS
-from schedulers.types import ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
+from schedulers.types import ROLE_PREFILL, ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
 
 DEFAULT_MAX_EVENTS = 20_000_000
 
@@ -100,6 +101,10 @@ class Simulator:
         self.decisions: list[Decision] = []
         self._pending: list[RequestSpec] = []  # closed loop: requests not yet sent
         self._num_open_jobs = 0
+        # Prefill steps in flight that the host's load stretches as it changes (stretch.py), and
+        # each worker's step number: a STEP_DONE for an earlier end of a re-stretched step is stale.
+        self._stretched: dict[str, StretchedStep] = {}
+        self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -116,6 +121,8 @@ class Simulator:
                 num_events += 1
             for worker_id in sorted(dirty):
                 self._kick(worker_id, now_s)
+            if dirty:
+                self._restretch(now_s)
             if num_events > self.max_events:
                 raise RuntimeError(f"simulation exceeded {self.max_events} events at t={now_s:.3f} s")
         if self._num_open_jobs:
@@ -146,7 +153,10 @@ class Simulator:
             worker_id, request = payload
             return self._dispatch(worker_id, request, now_s, 0.0)
         if kind == ev.STEP_DONE:
-            return self._step_done(payload, now_s)
+            worker_id, number = payload
+            if number != self._step_number[worker_id]:
+                return set()  # the step was re-stretched to end at another time
+            return self._step_done(worker_id, now_s)
         if kind == ev.TRANSFER_BYTES:
             self._link_add(payload, now_s)
             return set()
@@ -162,16 +172,42 @@ class Simulator:
         for loading in plan.loads_started:
             self._start_transfer(loading, now_s)
         if not plan.is_empty:
-            if self.cluster.host.is_modelled:
+            host = self.cluster.host
+            if host.is_modelled:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
-                if plan.chunks:  # a prefill loses a share of its core to the streams' work elsewhere
-                    plan.duration_s *= self.cluster.host.load_factor(self._num_streams(plan))
-                plan.duration_s += self.cluster.host.step_delay_s(num_busy, plan.num_streamed_tokens,
-                                                                   plan.duration_s)
+                factor = host.load_factor(self._num_streams(plan), beside=self._is_prefill_only(worker_id))
+                delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
+                                            plan.duration_s * factor if plan.chunks else plan.duration_s)
+                if plan.chunks and host.load_stretch:
+                    # a prefill loses a share of its core to the streams' work elsewhere, as they come and go
+                    step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
+                    self._stretched[worker_id] = step
+                    plan.duration_s = step.end_s - now_s
+                else:
+                    plan.duration_s += delay_s
             worker.start(plan)
-            self.queue.push(now_s + plan.duration_s, ev.STEP_DONE, worker_id)
+            self._push_step_done(worker_id, now_s + plan.duration_s)
+
+    def _push_step_done(self, worker_id: str, end_s: float) -> None:
+        self._step_number[worker_id] += 1
+        self.queue.push(end_s, ev.STEP_DONE, (worker_id, self._step_number[worker_id]))
+
+    def _restretch(self, now_s: float) -> None:
+        """Re-read the load factor of every stretched prefill step in flight (the streams on the
+        host may have changed) and move the ends that moved."""
+        if not self._stretched:
+            return
+        num_streams = self._num_streams()
+        for worker_id, step in self._stretched.items():
+            old_end_s = step.end_s
+            if step.restretch(now_s, self.cluster.host.load_factor(num_streams, self._is_prefill_only(worker_id))):
+                self.workers[worker_id].busy_s += step.end_s - old_end_s
+                self._push_step_done(worker_id, step.end_s)
+
+    def _is_prefill_only(self, worker_id: str) -> bool:
+        return self.workers[worker_id].spec.role == ROLE_PREFILL
 
     def _num_streams(self, plan: StepPlan | None = None) -> int:
         """Requests streaming tokens on the host now: every worker's running decodes, with
@@ -210,6 +246,7 @@ class Simulator:
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}
+        self._stretched.pop(worker_id, None)
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job
             if outcome == PREFILL_DONE:

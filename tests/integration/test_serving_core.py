@@ -16,7 +16,7 @@ import psutil
 import pytest
 import ray
 
-from bench.host_cpu import EXCESS_REPEATS, measure_path_cpu
+from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
@@ -217,7 +217,11 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
     assert host.num_cores == len(os.sched_getaffinity(0))
     assert host.cpu_s_per_token > 0 and host.cpu_s_per_request >= 0 and host.background_cores >= 0, host
     assert [s["window"] for s in host.samples] == ["idle", "4 tokens", "64 tokens"] + [
-        f"excess repeat {k}" for k in range(EXCESS_REPEATS)]
+        f"excess repeat {k}" for k in range(EXCESS_REPEATS)] + [
+        f"{k} streams per engine" for k in BATCH_STREAMS_PER_ENGINE]
+    # Each large-batch burst ran its streams together: the excess at that batch was seen.
+    assert [n for n, _ in host.step_excess_batch] == list(BATCH_STREAMS_PER_ENGINE), host.samples[-2:]
+    assert all(abs(e) < 0.05 for _, e in host.step_excess_batch), host.step_excess_batch
     # The decode steps with one and two streams per engine, and with a lone stream, against the
     # calibration: a few ms either way, never whole steps (the calibrated decode steps of the
     # tiny model take 3-10 ms here).
@@ -236,6 +240,10 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     assert all(len(v) == 2 and min(v) > 0 for v in stretch.samples.values()), stretch.samples
     factors = [f for _, f in stretch.points]
     assert factors == sorted(factors) and all(0 < f < 10 for f in factors), stretch.points
+    # The probe sent to the prefill-only engine (bench.sim_fidelity measures it there too).
+    beside = measure_load_stretch(hybrid, repeats=2, streams_per_engine=(1,), route="disaggregated",
+                                  salt_base=100)
+    assert [n for n, _ in beside.points] == [engines] and min(beside.samples[0]) > 0, beside.samples
     workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers

@@ -41,10 +41,13 @@ class FakeDeployment:
         self.max_open = 0
         self.lock = threading.Lock()
         self.fail_streams = fail_streams
+        self.probes: list[tuple[str, tuple[int, ...]]] = []  # (route, prompt) of each one-token request
 
     def stream(self, prompt_token_ids, max_tokens, ignore_eos, route="auto"):
         assert ignore_eos and all(0 <= t < self.vocab_size for t in prompt_token_ids)
         with self.lock:
+            if max_tokens == 1:
+                self.probes.append((route, tuple(prompt_token_ids)))
             self.open += 1
             self.max_open = max(self.max_open, self.open)
             others = self.open - 1
@@ -93,3 +96,17 @@ def test_the_probe_measures_one_count_per_level_per_engine(monkeypatch):
     assert factors == pytest.approx((1.5, 2.0), rel=0.25)
     assert factors[0] < factors[1]
     assert dep.open == 0  # every background stream ended
+
+
+def test_a_probe_on_a_route_sends_every_prompt_there_and_none_the_engine_has_seen(monkeypatch):
+    monkeypatch.setattr(host_load, "SETTLE_S", 0.0)
+    monkeypatch.setattr(host_load, "PAUSE_S", 0.0)
+    dep = FakeDeployment()
+    measure_load_stretch(dep, repeats=2, streams_per_engine=(1,))
+    first = list(dep.probes)
+    measure_load_stretch(dep, repeats=2, streams_per_engine=(1,), route="disaggregated", salt_base=100)
+    second = dep.probes[len(first):]
+    assert {r for r, _ in first} == {"auto"} and {r for r, _ in second} == {"disaggregated"}
+    assert len(second) == 5  # one uncounted, then two at each of the two levels
+    # A prompt sent again would come from the prefix cache and time nothing.
+    assert not {p for _, p in first} & {p for _, p in second}

@@ -259,6 +259,17 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     no_cpu = {**loaded, "host": {k: v for k, v in loaded["host"].items() if k != "cpu_s_per_token"}}
     with pytest.raises(ValueError, match="CPU per streamed token"):
         host_of("load-path", no_cpu)
+    # load-batch: as load, with the excess measured at large batches for the further streams;
+    # the prefill-only engine's own stretch rides along with every load form when measured.
+    batched = {**loaded, "host": {**loaded["host"], "step_excess_batch": [[4, 0.002], [8, 0.005]],
+                                  "load_stretch_beside": [[2, 1.9]]}}
+    assert host_of("load-batch", batched) == HostSpec(2, 0.0, -0.0004, 0.0003, -0.001,
+                                                      step_excess_batch=((4, 0.002), (8, 0.005)),
+                                                      load_stretch=((2, 1.4), (4, 1.7)),
+                                                      load_stretch_beside=((2, 1.9),))
+    assert host_of("load-path", batched).load_stretch_beside == ((2, 1.9),)
+    with pytest.raises(ValueError, match="large batches"):
+        host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
     # Unasked, the load-path form: the closest on run 25. A record from before the stretch was

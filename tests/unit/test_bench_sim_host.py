@@ -61,6 +61,20 @@ def test_a_step_no_other_engine_computes_beside_takes_the_lone_streams_excess():
     assert HostSpec(2, step_excess_1_s=0.003, step_excess_2_s=0.004).step_delay_s(1, 1) == pytest.approx(0.003)
 
 
+def test_further_streams_follow_the_excess_measured_at_large_batches():
+    host = HostSpec(num_cores=2, step_excess_1_s=0.001, step_excess_2_s=0.002, step_excess_alone_s=0.0005,
+                    stream_step_s=0.01, step_excess_batch=((4, 0.003), (8, 0.005)))
+    busy = 2  # another engine computes: the first stream's excess is e1
+    assert host.step_delay_s(busy, 1) == pytest.approx(0.001)
+    assert host.step_delay_s(busy, 3) == pytest.approx(0.0025)  # halfway from 2 to 4; the path slope unused
+    assert host.step_delay_s(busy, 8) == pytest.approx(0.005)
+    assert host.step_delay_s(busy, 10) == pytest.approx(0.006)  # on along the last segment, 0.5 ms a stream
+    # Alone, the first stream's excess is the lone one; the further streams add the same.
+    assert host.step_delay_s(1, 4) == pytest.approx(0.0005 + 0.002)
+    with pytest.raises(ValueError, match="step_excess_batch"):
+        HostSpec(num_cores=2, step_excess_batch=((2, 0.003),))
+
+
 def test_a_negative_excess_shortens_steps_but_never_below_half():
     host = HostSpec(num_cores=2, step_excess_1_s=-0.001, step_excess_2_s=-0.002)
     assert host.step_delay_s(1, 2, engine_s=0.01) == pytest.approx(-0.002)

@@ -1,0 +1,138 @@
+"""Simulator fidelity over the rounds of a rates sweep: pooled, and held to the live runs' own test.
+
+    python -m bench.sim_fidelity --live DIR/summary.json     (DIR from bench.compare --rounds R)
+
+One round serves 60 requests per system and rate. Its p99 TTFT is about its second-longest
+request, and this 2-core host drifts by +-20% over seconds, so one round is a noisy target: the
+same code on the same workload, deployed again half an hour later, agreed with itself within 20%
+on 14 to 32 of the 36 figures (runs 25-26, every pair of their six rounds). Judged on one round,
+the simulator cannot be told apart from that noise. Two views that can:
+
+1. **Pooled.** The simulator serves each round's workload with that round's own measurements
+   (what `bench.sim_fidelity` does for one round); its records over all rounds are summarized
+   together and set against the live records of all rounds together (R x 60 requests per system
+   and rate).
+2. **Held out.** Each round, live and simulated, against the live pool of the *other* rounds.
+   The live round's count is how well the live system predicts itself; the simulated round's
+   count, beside it, is the same test passed by the simulator. A simulator that scores as the
+   live rounds do is as close as this host lets anything be.
+
+Nothing here is fitted: the simulated records are those `run_fidelity` makes from each round's
+measurements taken before its runs.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
+from bench.compare import RATES_SYSTEMS
+from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
+from pd_serve.report import format_table
+
+Key = tuple[str, float]  # (system label, rate)
+
+
+def live_records(round_dir: Path, label: str, rate: float) -> list[RequestRecord]:
+    """One round's live records of `label` at `rate` (bench.compare writes them per run)."""
+    path = round_dir / label / f"rate_{rate:g}" / "records.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the round's records are missing; pooling needs every run's records")
+    return [RequestRecord.from_dict(d) for d in json.loads(path.read_text())]
+
+
+def pooled_summary(runs: Sequence[Sequence[RequestRecord]], slo: SloSpec) -> dict[str, Any]:
+    """The runs' records summarized together, over their summed durations (as bench.rate_rounds)."""
+    records = [r for run in runs for r in run]
+    return summarize(records, slo, duration_s=sum(run_duration_s(run) for run in runs))
+
+
+def count_ok(live: Mapping[Key, Mapping[str, Any]], other: Mapping[Key, Mapping[str, Any]],
+             tolerance: float) -> tuple[int, int]:
+    """(figures of `other` within `tolerance` of `live`, figures compared), over the keys both hold."""
+    checks = [m["ok"] for key in live if key in other
+              for m in compare_summaries(live[key], other[key], tolerance).values()]
+    return sum(checks), len(checks)
+
+
+def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model: str, host_form: str,
+                         tolerance: float = TOLERANCE, progress: bool = True,
+                         systems: Mapping[str, str] = RATES_SYSTEMS) -> dict[str, Any]:
+    """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
+    (label -> deployment config, as `run_fidelity`)."""
+    top = json.loads(rounds_path.read_text())
+    if top.get("experiment") != "rates-rounds":
+        raise ValueError(f"{rounds_path}: not a `bench.compare --rounds R` summary")
+    if len(top["round_dirs"]) < 2:
+        raise ValueError(f"{rounds_path}: {len(top['round_dirs'])} round; the held-out view needs two or more")
+    slo = SloSpec()  # bench.compare summarizes with the default SLOs
+    live_runs: list[dict[Key, list[RequestRecord]]] = []
+    sim_runs: list[dict[Key, list[RequestRecord]]] = []
+    own_rows: list[list[dict[str, Any]]] = []
+    for name in top["round_dirs"]:
+        round_dir = rounds_path.parent / name
+        live = json.loads((round_dir / "summary.json").read_text())
+        if progress:
+            print(f"{name}:", file=sys.stderr, flush=True)
+        sim: dict[Key, list[RequestRecord]] = {}
+        own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
+                                     progress=progress, host_form=host_form, sim_records=sim))
+        sim_runs.append(sim)
+        live_runs.append({key: live_records(round_dir, *key) for key in sim})
+    keys = [key for key in sim_runs[0] if all(key in run for run in sim_runs)]
+
+    pooled_rows = []
+    for label, rate in keys:
+        live_pool = pooled_summary([run[(label, rate)] for run in live_runs], slo)
+        sim_pool = pooled_summary([run[(label, rate)] for run in sim_runs], slo)
+        pooled_rows.append({"system": label, "rate": rate, "requests": live_pool["num_requests"],
+                            "metrics": compare_summaries(live_pool, sim_pool, tolerance)})
+
+    held_out = []
+    for k, name in enumerate(top["round_dirs"]):
+        others = [run for j, run in enumerate(live_runs) if j != k]
+        rest = {key: pooled_summary([run[key] for run in others], slo) for key in keys}
+        live_k = {key: summarize(live_runs[k][key], slo) for key in keys}
+        sim_k = {key: summarize(sim_runs[k][key], slo) for key in keys}
+        live_ok, n = count_ok(rest, live_k, tolerance)
+        sim_ok, _ = count_ok(rest, sim_k, tolerance)
+        own_ok = sum(m["ok"] for r in own_rows[k] for m in r["metrics"].values())
+        held_out.append({"round": name, "checks": n, "live_round_ok": live_ok, "sim_round_ok": sim_ok,
+                         "sim_vs_own_live_ok": own_ok,
+                         "per_metric": _per_metric(rest, live_k, sim_k, tolerance)})
+    return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form,
+            "pooled_rows": pooled_rows, "held_out": held_out,
+            "pooled_within_tolerance": sum(m["ok"] for r in pooled_rows for m in r["metrics"].values()),
+            "pooled_checks": sum(len(r["metrics"]) for r in pooled_rows),
+            "round_rows": own_rows}
+
+
+def _per_metric(rest: Mapping[Key, Mapping[str, Any]], live_k: Mapping[Key, Mapping[str, Any]],
+                sim_k: Mapping[Key, Mapping[str, Any]], tolerance: float) -> dict[str, dict[str, int]]:
+    """Per compared metric: how many (system, rate) the live and the simulated round get within."""
+    out: dict[str, dict[str, int]] = {name: {"live": 0, "sim": 0, "of": 0} for name, _ in METRICS}
+    for key in rest:
+        live_m = compare_summaries(rest[key], live_k[key], tolerance)
+        sim_m = compare_summaries(rest[key], sim_k[key], tolerance)
+        for name, _ in METRICS:
+            out[name]["of"] += 1
+            out[name]["live"] += live_m[name]["ok"]
+            out[name]["sim"] += sim_m[name]["ok"]
+    return out
+
+
+def held_out_table(held_out: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown: per round, figures within tolerance of the other rounds' live pool, live round
+    against simulated round, overall and per metric."""
+    names = [name for name, _ in METRICS]
+    body = []
+    for h in held_out:
+        line = [h["round"], f"{h['live_round_ok']} / {h['checks']}", f"{h['sim_round_ok']} / {h['checks']}"]
+        line += [f"{h['per_metric'][n]['live']} / {h['per_metric'][n]['sim']}" for n in names]
+        line.append(f"{h['sim_vs_own_live_ok']} / {h['checks']}")
+        body.append(line)
+    return format_table(["round", "live round", "simulated round"]
+                        + [f"{n.replace('_s', '')} live / sim" for n in names]
+                        + ["simulated vs its own live round"], body)

@@ -1,0 +1,104 @@
+"""Simulator fidelity over a rates sweep's rounds: the rounds pooled, and each round, live and
+simulated, held against the other rounds' live pool."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from bench import sim_fidelity as sf
+from bench.fidelity_rounds import count_ok, fidelity_over_rounds, held_out_table, pooled_summary
+from bench.metrics import RequestRecord, SloSpec, summarize
+from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
+
+SYSTEMS = {"colocated": str(ROOT / "configs/colocated.yaml")}
+
+
+def later(records: list[RequestRecord], by_s: float) -> list[RequestRecord]:
+    """The same requests with every token `by_s` later (TTFT longer by it, TPOT the same)."""
+    return [replace(r, first_token_s=r.first_token_s + by_s, finish_s=r.finish_s + by_s,
+                    token_times=[t + by_s for t in r.token_times]) for r in records]
+
+
+def write_rounds(root: Path, cal: dict, model_dir: str, shifts: list[float]) -> Path:
+    """A `bench.compare --rounds` directory for colocated at 2 req/s whose live records in round k
+    are the simulator's own, `shifts[k]` seconds late."""
+    placeholder = summarize([], None)
+    placeholder.update(num_requests=6, throughput_rps=1.0, output_tokens_per_s=4.0)
+    sim: dict = {}
+    sf.run_fidelity({"experiment": "rates", "rates": [2.0], "summaries": {"colocated": {"rate=2": placeholder}}},
+                    cal, model_dir, systems=SYSTEMS, progress=False, sim_records=sim)
+    names = []
+    for k, shift in enumerate(shifts):
+        records = later(sim[("colocated", 2.0)], shift)
+        d = root / f"round_{k}"
+        (d / "colocated" / "rate_2").mkdir(parents=True)
+        (d / "colocated" / "rate_2" / "records.json").write_text(json.dumps([r.to_dict() for r in records]))
+        (d / "summary.json").write_text(json.dumps({
+            "experiment": "rates", "rates": [2.0], "measured": {"colocated": cal},
+            "summaries": {"colocated": {"rate=2": summarize(records, SloSpec())}}}))
+        names.append(d.name)
+    top = root / "summary.json"
+    top.write_text(json.dumps({"experiment": "rates-rounds", "rounds": len(shifts), "rates": [2.0],
+                               "round_dirs": names}))
+    return top
+
+
+def test_rounds_the_simulator_reproduces_are_all_within(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0])
+    result = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    assert result["pooled_within_tolerance"] == result["pooled_checks"] == 3
+    row = result["pooled_rows"][0]
+    assert row["requests"] == 12 and row["metrics"]["p50_ttft_s"]["rel_error"] == pytest.approx(0.0, abs=1e-12)
+    for h in result["held_out"]:
+        assert h["live_round_ok"] == h["sim_round_ok"] == h["sim_vs_own_live_ok"] == h["checks"] == 3
+
+
+def test_a_round_off_by_a_second_fails_the_held_out_ttfts_but_not_the_tpot(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 1.0])
+    result = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    late = result["held_out"][2]
+    # Round 2 against rounds 0 and 1: its TTFTs are a second longer, its TPOT the same.
+    assert late["live_round_ok"] == 1 and late["per_metric"]["mean_tpot_s"]["live"] == 1
+    # The simulated round 2 is the simulator's own records: as close to rounds 0-1 as they are.
+    assert late["sim_round_ok"] == 3 and late["sim_vs_own_live_ok"] == 1
+    # Round 0 against rounds 1 and 2 pooled: half the pool is a second late, its p99 with it.
+    early = result["held_out"][0]["per_metric"]
+    assert early["p99_ttft_s"]["live"] == 0 and early["mean_tpot_s"]["live"] == 1
+    assert "round_2" in held_out_table(result["held_out"])
+
+
+def test_pooling_sums_the_durations_and_count_ok_compares_shared_keys():
+    runs = [[RequestRecord(f"r{i}", 100, 2, float(i), first_token_s=i + 0.1, finish_s=i + 0.2,
+                           token_times=[i + 0.1, i + 0.2]) for i in range(3)] for _ in range(2)]
+    pooled = pooled_summary(runs, SloSpec())
+    assert pooled["num_requests"] == 6
+    assert pooled["throughput_rps"] == pytest.approx(6 / (2 * 2.2))
+    one = summarize(runs[0], SloSpec())
+    assert count_ok({("a", 1.0): one}, {("a", 1.0): pooled, ("b", 1.0): pooled}, 0.2) == (3, 3)
+
+
+def test_only_a_rounds_summary_with_two_rounds_is_taken(tmp_path, cal, model_dir):
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"experiment": "rates"}))
+    with pytest.raises(ValueError, match="--rounds"):
+        fidelity_over_rounds(one, cal, model_dir, "load-path", progress=False)
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps({"experiment": "rates-rounds", "round_dirs": ["round_0"]}))
+    with pytest.raises(ValueError, match="two or more"):
+        fidelity_over_rounds(single, cal, model_dir, "load-path", progress=False)
+
+
+def test_the_command_line_takes_a_rounds_summary(tmp_path, cal, model_dir, monkeypatch, capsys):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0])
+    monkeypatch.setattr(sf, "_default_model_dir", lambda: model_dir)
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(cal))
+    out = tmp_path / "fidelity.json"
+    assert sf.main(["--live", str(top), "--calibration", str(calibration), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "2 rounds pooled" in printed and "held out, all rounds: live 6/6, simulated 6/6" in printed
+    written = json.loads(out.read_text())
+    assert written["pooled_within_tolerance"] == 3 and written["held_out_checks"] == 6

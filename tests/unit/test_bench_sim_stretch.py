@@ -1,0 +1,111 @@
+"""A prefill step stretched by the host's load as it changes while the step runs, and the
+stretch of a prefill on a prefill-only engine beside the others' streams."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bench.simulator import ClusterSpec, EngineSpec, get_link, simulate
+from bench.simulator.config import SimConfigError, build_cluster, sim_config_from_dict
+from bench.simulator.host import HostSpec
+from bench.simulator.stretch import StretchedStep
+from bench.workloads import RequestSpec, Workload
+from schedulers.hardware import HARDWARE_SPECS
+from schedulers.model_spec import MODEL_SPECS
+from schedulers.policies import ColocatedPolicy, DisaggregatedPolicy
+from schedulers.step_time import StepTimeModel
+
+MODEL = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], HARDWARE_SPECS["a100"], 16)
+
+
+# ---- the step ----------------------------------------------------------------------------------
+
+def test_work_done_at_the_old_factor_counts_and_the_rest_runs_at_the_new_one():
+    step = StretchedStep(work_s=0.3, factor=1.0, since_s=0.0, tail_s=0.01)
+    assert step.end_s == pytest.approx(0.31)
+    assert step.restretch(0.1, 2.0)  # 0.1 s of work done, 0.2 s left at half speed
+    assert step.end_s == pytest.approx(0.1 + 0.4 + 0.01)
+    assert not step.restretch(0.3, 2.0)  # the same factor: the end stays
+    assert step.end_s == pytest.approx(0.51)
+    assert step.restretch(0.3, 1.0)  # 0.1 s of work done at x2 by now, 0.1 s left at full speed
+    assert step.end_s == pytest.approx(0.3 + 0.1 + 0.01)
+
+
+def test_a_step_in_its_tail_no_longer_moves():
+    step = StretchedStep(work_s=0.1, factor=1.0, since_s=0.0, tail_s=0.05)
+    assert not step.restretch(0.12, 3.0)
+    assert step.end_s == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("work,factor", [(-0.1, 1.0), (0.1, 0.0)])
+def test_bad_steps_are_refused(work, factor):
+    with pytest.raises(ValueError, match="stretched step"):
+        StretchedStep(work, factor, 0.0)
+
+
+# ---- the beside points ---------------------------------------------------------------------------
+
+def test_a_prefill_only_engine_takes_its_own_points_when_measured():
+    host = HostSpec(num_cores=2, load_stretch=((1, 1.2), (2, 1.4)), load_stretch_beside=((1, 2.0),))
+    assert host.load_factor(1) == pytest.approx(1.2)
+    assert host.load_factor(1, beside=True) == pytest.approx(2.0)
+    assert host.load_factor(2, beside=True) == pytest.approx(3.0)  # along its last segment
+    plain = HostSpec(num_cores=2, load_stretch=((1, 1.2),))
+    assert plain.load_factor(1, beside=True) == pytest.approx(1.2)  # not measured: the common points
+
+
+def test_bad_beside_points_are_refused():
+    with pytest.raises(ValueError, match="load_stretch_beside"):
+        HostSpec(num_cores=2, load_stretch_beside=((2, 1.5), (1, 1.6)))
+    config = {"model": "llama-3-8b", "hardware": "a100", "policies": {"colocated": {"workers": {"both": 1}}}}
+    built = build_cluster(sim_config_from_dict({**config, "host": {"num_cores": 2, "load_stretch": [[1, 1.2]],
+                                                                   "load_stretch_beside": [[1, 2.0]]}}),
+                          "colocated")
+    assert built.host.load_stretch_beside == ((1, 2.0),)
+    with pytest.raises(SimConfigError, match="load_stretch_beside"):
+        sim_config_from_dict({**config, "host": {"num_cores": 2, "load_stretch_beside": [[1, 0.0]]}})
+
+
+# ---- in the simulator ------------------------------------------------------------------------------
+
+def cluster(roles: dict[str, int], host: HostSpec) -> ClusterSpec:
+    spec = ClusterSpec.from_roles(MODEL, roles, EngineSpec(num_kv_blocks=20000, max_model_len=8192,
+                                                           max_num_batched_tokens=8192),
+                                  get_link("nvlink"))
+    return replace(spec, host=host)
+
+
+def test_a_prefill_runs_at_the_load_of_each_moment_while_it_lasts():
+    # r0 streams on one engine and ends while r1's long prompt prefills, in one step, on the other.
+    work = Workload("w", (RequestSpec("r0", 0.0, 128, 24), RequestSpec("r1", 0.02, 8000, 2)))
+    idle = {r.request_id: r for r in simulate(work, cluster({"both": 2}, HostSpec(num_cores=2)),
+                                              ColocatedPolicy()).records}
+    loaded = {r.request_id: r for r in simulate(work, cluster({"both": 2}, HostSpec(num_cores=2,
+                                                                                    load_stretch=((1, 2.0),))),
+                                                ColocatedPolicy()).records}
+    assert loaded["r1"].decode_worker != loaded["r0"].decode_worker
+    start_s, work_s, r0_end_s = 0.02, idle["r1"].ttft_s, loaded["r0"].finish_s
+    assert r0_end_s == pytest.approx(idle["r0"].finish_s)  # decode steps do not stretch
+    assert start_s < r0_end_s < start_s + 2 * work_s  # r0 ends inside the step: the case under test
+    # At x2 until r0 ends, then the work left at full speed.
+    expected_end_s = r0_end_s + work_s - (r0_end_s - start_s) / 2
+    assert loaded["r1"].first_token_s == pytest.approx(expected_end_s, rel=1e-9)
+    assert idle["r1"].ttft_s < loaded["r1"].ttft_s < 2 * idle["r1"].ttft_s
+
+
+def test_a_prefill_on_a_prefill_only_engine_takes_the_beside_stretch():
+    # r0 streams on the decode engine through r1's prefill on the prefill engine.
+    work = Workload("w", (RequestSpec("r0", 0.0, 64, 400), RequestSpec("r1", 0.05, 4000, 2)))
+    roles = {"prefill": 1, "decode": 1}
+    common = HostSpec(num_cores=2, load_stretch=((1, 1.2),))
+    beside = replace(common, load_stretch_beside=((1, 2.0),))
+    idle = {r.request_id: r for r in simulate(work, cluster(roles, HostSpec(num_cores=2)),
+                                              DisaggregatedPolicy()).records}
+    slow = {r.request_id: r for r in simulate(work, cluster(roles, beside), DisaggregatedPolicy()).records}
+    mild = {r.request_id: r for r in simulate(work, cluster(roles, common), DisaggregatedPolicy()).records}
+    assert slow["r1"].prefill_worker == "prefill-0" and slow["r0"].finish_s > slow["r1"].first_token_s
+    prefill_s = MODEL.predict(4000, 0, [])
+    # The same request on the same load: the prefill's step alone differs, x2.0 against x1.2.
+    assert slow["r1"].ttft_s - mild["r1"].ttft_s == pytest.approx((2.0 - 1.2) * prefill_s, rel=0.02)
+    assert mild["r1"].ttft_s - idle["r1"].ttft_s == pytest.approx(0.2 * prefill_s, rel=0.02)
