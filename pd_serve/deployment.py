@@ -304,8 +304,10 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
         phase_done("link probe")
         handshake_s = ray.get(router.warm_handshakes.remote()) if cfg.transfer.handshake_warmup else {}
         links_at_start = ray.get(router.link_models.remote())
-        phase_done("handshakes")
+        # The engines' shared memory is all made by now (the handshakes' transfers included);
+        # reading it off /proc takes tens of ms, counted with the handshakes so the phases add up.
         shm_segments = _engine_shm_segments(workers)
+        phase_done("handshakes")
     except BaseException:
         if owns_ray:
             ray.shutdown()

@@ -1,14 +1,27 @@
-"""The event-loop watch: a held loop is a stall, with the stack that held it."""
+"""The event-loop watch: a held loop is a stall, with the stack that held it.
+
+Each watch runs in a fresh interpreter (`python tests/unit/test_loop_stalls.py SCENARIO`): the
+watch's faulthandler dump walks every thread's stack without the GIL, and in a pytest process
+that has run the integration tests, Ray's and gRPC's threads are still there, changing theirs;
+one such dump crashed the whole suite (a segmentation fault, 2026-12-01).
+"""
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from pd_serve.loop_stalls import LoopStalls
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def watched(*holds: Callable[[], None], **options) -> dict:
+
+def watched_here(*holds: Callable[[], None], **options) -> dict:
     """A watch's summary after the loop ran each of `holds` in turn, turning 0.1 s around each."""
     async def main() -> LoopStalls:
         watch = await LoopStalls(threshold_s=0.1, interval_s=0.01, **options).start()
@@ -36,8 +49,26 @@ def hold_the_gil(seconds: float) -> None:
     sum(range(int(10**6 * seconds / per_million)))
 
 
+SCENARIOS: dict[str, Callable[[], dict]] = {
+    "held loop": lambda: watched_here(lambda: hold_the_loop(0.4)),
+    "held process": lambda: watched_here(lambda: hold_the_gil(0.6)),
+    "turning": lambda: watched_here(*[lambda: None] * 2),
+    "short then long": lambda: watched_here(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
+                                            dump_after_s=0.3),
+}
+
+
+def watched(scenario: str) -> dict:
+    """SCENARIOS[scenario]'s summary, from a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, __file__, scenario], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_a_held_loop_is_one_stall_with_the_holders_stack():
-    summary = watched(lambda: hold_the_loop(0.4))
+    summary = watched("held loop")
     assert summary["num_stalls"] == 1
     stall = summary["stalls"][0]
     assert 0.35 <= stall["stall_s"] <= 1.0
@@ -51,21 +82,20 @@ def test_a_held_loop_is_one_stall_with_the_holders_stack():
 
 
 def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
-    stalls = watched(lambda: hold_the_gil(0.6))["stalls"]
+    stalls = watched("held process")["stalls"]
     assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
     assert stalls[0]["process_held"]  # the watchdog thread could not run either
     assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
 
 
 def test_a_turning_loop_has_no_stall():
-    summary = watched(*[lambda: None] * 2)
+    summary = watched("turning")
     assert summary["num_stalls"] == 0 and summary["stalls"] == []
     assert summary["num_beats"] >= 5
 
 
 def test_a_short_stall_has_no_dump_and_the_next_long_one_only_its_own():
-    short, long = watched(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
-                          dump_after_s=0.3)["stalls"]
+    short, long = watched("short then long")["stalls"]
     assert short["all_threads"] is None  # shorter than the dump's timeout
     assert long["all_threads"].count("hold_the_loop") == 1
 
@@ -75,3 +105,7 @@ def test_the_period_must_be_shorter_than_the_threshold():
         LoopStalls(threshold_s=0.01, interval_s=0.01)
     with pytest.raises(ValueError):
         LoopStalls(dump_after_s=0.01)
+
+
+if __name__ == "__main__":
+    print(json.dumps(SCENARIOS[sys.argv[1]]()))
