@@ -12,11 +12,13 @@
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
    bursts, with a lone stream on the whole deployment and with one and two streams per engine;
    `bench.host_load`: how many times longer a prefill's TTFT is beside 1, 2 and 4 streams per
-   engine). By default (`--host load-path`) a decode step no other engine computes beside takes
-   the lone stream's excess and the others the one-stream excess per engine, each stream it
-   carries beyond the first adds the path's CPU per streamed token, and every prefill step and
-   the request path take the load factor for the requests streaming at the time; `--host load`
-   takes the bursts' two-stream excess for the further streams instead; `--host
+   engine). By default (`--host load-batch`) a decode step no other engine computes beside takes
+   the lone stream's excess and the others the one-stream excess per engine, the streams it
+   carries beyond the first add what the bursts' excess grew by from one stream to that many
+   (measured at 1, 2, 4 and 8 streams per engine), and every prefill step and the request path
+   take the load factor for the requests streaming at the time; `--host load-path` takes the
+   path's CPU per streamed token for each further stream instead, `--host load` the bursts'
+   two-stream excess; `--host
    neighbour-steps` is load without the load factor; `--host steps` takes the per-engine
    excess for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
    `--host neighbour` prices a step that starts beside a computing engine by the router's own
@@ -109,8 +111,14 @@ PATH_SLOPE_FORMS = ("load-path",)
 # saved rounds of runs 22-24 it was chosen on (load: 165), and to 28, 20 and 26 of 36 on run 25's
 # three, fresh (load: 22, 19, 23; mean TPOT 21 of 36 within 20% against 11): the default since.
 # On run 26 it tied with load (66 of 108 each); its linear slope overshoots the TPOT of a single
-# decode engine carrying 6-10 streams at 8 req/s (79-111% high in one round).
-DEFAULT_HOST_FORM = "load-path"
+# decode engine carrying 6-10 streams at 8 req/s (79-111% high in one round), and on the slower
+# host of runs 28-29 (2.1-2.9 ms per token) the simulated 8 req/s melted down (TPOT 2-4.5x live).
+# The load-batch form, built before run 28 and measured from it on, takes the further streams
+# from the decode excess measured at 4 and 8 streams per engine: on runs 28 and 29, fresh, 21
+# and 20 of 36 pooled (load-path 15 and 20), 43 and 50 held out (load-path 48 and 34; the live
+# rounds 46 and 46), no meltdown: the default since. Records from before run 28 have no batch
+# points: --host load-path for them.
+DEFAULT_HOST_FORM = "load-batch"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -277,7 +285,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                          f"has none: pass --host neighbour-steps for it")
     if host_form == "load-batch" and host_spec and not host_spec.get("step_excess_batch"):
         raise ValueError(f"{label}: host form 'load-batch' needs the decode steps' excess at large batches "
-                         f"(`bench.host_cpu`, measured since run 28); this record has none")
+                         f"(`bench.host_cpu`, measured since run 28); this record has none: pass "
+                         f"--host load-path for it")
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -557,8 +566,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path stretched by the factor measured beside as many streams as run at "
                          "the time (load); as load with each stream beyond the "
                          "first in a decode step adding the path's CPU per streamed token "
-                         "(load-path, the default); as load with the further streams priced by "
-                         "the excess measured at 4 and 8 streams per engine (load-batch); load "
+                         "(load-path); as load with the further streams priced by "
+                         "the excess measured at 4 and 8 streams per engine (load-batch, the "
+                         "default); load "
                          "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "

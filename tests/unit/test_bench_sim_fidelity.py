@@ -272,10 +272,12 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the load-path form: the closest on run 25. A record from before the stretch was
-    # measured is refused rather than simulated without it.
-    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir),
-                         "colocated").host == host_of("load-path", loaded)
+    # Unasked, the load-batch form: the closest on runs 28-29. A record from before its points,
+    # or the stretch, were measured is refused rather than simulated without them.
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir),
+                         "colocated").host == host_of("load-batch", batched)
+    with pytest.raises(ValueError, match="--host load-path"):
+        sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir)
     with pytest.raises(ValueError, match="--host neighbour-steps"):
         sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir)
 
