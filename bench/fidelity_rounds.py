@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
 from bench.compare import RATES_SYSTEMS
+from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 

@@ -223,8 +223,12 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
+def _stretch_text(points: Sequence[Sequence[float]]) -> str:
+    return ", ".join(f"x{f:.2f} with {n}" for n, f in points)
+
+
 def _print_stretch(what: str, load: Any) -> None:
-    print(f"    {what}: " + ", ".join(f"x{f:.2f} with {n}" for n, f in load.points)
+    print(f"    {what}: " + _stretch_text(load.points)
           + f" (a {load.probe_prompt_tokens}-token prompt, {statistics.median(load.samples[0]) * 1e3:.0f} ms alone)",
           file=sys.stderr, flush=True)
 
@@ -506,9 +510,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
              f"{_signed_ms(host.get('step_excess_alone_s'))} ms"
              + "".join(f", with {n} {_signed_ms(e)} ms" for n, e in host.get("step_excess_batch") or ()))
     if host.get("load_stretch"):
-        line += "; prefill beside streams " + ", ".join(f"x{f:.2f} with {n}" for n, f in host["load_stretch"])
+        line += "; prefill beside streams " + _stretch_text(host["load_stretch"])
     if host.get("load_stretch_beside"):
-        line += ("; on the prefill-only engine " + ", ".join(f"x{f:.2f} with {n}" for n, f in host["load_stretch_beside"]))
+        line += "; on the prefill-only engine " + _stretch_text(host["load_stretch_beside"])
     return line
 
 

@@ -147,11 +147,7 @@ class HostSpec:
         stretch = self.load_stretch_beside if beside and self.load_stretch_beside else self.load_stretch
         if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
-        points = ((0, 1.0), *stretch)
-        for (n0, f0), (n1, f1) in zip(points, points[1:]):
-            if num_streams <= n1:
-                break
-        return max(1.0, f0 + (f1 - f0) * (num_streams - n0) / (n1 - n0))
+        return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
 
     def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,
@@ -171,10 +167,16 @@ class HostSpec:
         assert self.step_excess_1_s is not None and self.step_excess_2_s is not None
         if self.step_excess_batch:
             points = ((1, self.step_excess_1_s), (2, self.step_excess_2_s), *self.step_excess_batch)
-            for (n0, e0), (n1, e1) in zip(points, points[1:]):
-                if num_streams <= n1:
-                    break
-            return e0 + (e1 - e0) * (num_streams - n0) / (n1 - n0) - self.step_excess_1_s
+            return _joined(points, num_streams) - self.step_excess_1_s
         slope = (self.stream_step_s if self.stream_step_s is not None
                  else self.step_excess_2_s - self.step_excess_1_s)
         return (num_streams - 1) * slope
+
+
+def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:
+    """The value at `n` of the measured (count, value) `points` (two or more, counts increasing)
+    joined linearly; beyond the last, along its last segment."""
+    for (n0, v0), (n1, v1) in zip(points, points[1:]):
+        if n <= n1:
+            break
+    return v0 + (v1 - v0) * (n - n0) / (n1 - n0)

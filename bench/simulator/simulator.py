@@ -180,7 +180,7 @@ class Simulator:
                 factor = host.load_factor(self._num_streams(plan), beside=self._is_prefill_only(worker_id))
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                             plan.duration_s * factor if plan.chunks else plan.duration_s)
-                if plan.chunks and host.load_stretch:
+                if plan.chunks:
                     # a prefill loses a share of its core to the streams' work elsewhere, as they come and go
                     step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
                     self._stretched[worker_id] = step
