@@ -19,6 +19,15 @@ else running and `REPEATS` times beside each count of background streams in
 stream is a short prompt with a long output, started again when it ends. The stretch at a count
 is the median probe TTFT there over the median with none. The probe's TTFT holds the request
 path as well as the prefill; the simulator stretches both by it.
+
+The same probe measures the other direction too: the background streams' tokens are timed, and
+the gaps between two tokens of a stream that fall inside a probe's prefill, against those that
+fall outside every probe, give what a decode step loses to a prefill running on another engine
+(`decode_beside`: per count, median inside minus median outside). Runs 28-29 show why it is
+needed: where a prefill-only engine prefills beside the engine that streams (disaggregated,
+hybrid), a token gap took 3-5 ms longer than with it idle (live, e.g. 10.4 against 5.9 ms on
+disaggregated at 4 req/s), and the decode bursts of `bench.host_cpu`, which never run a prefill,
+cannot see it: the simulator added 0-1.5 ms.
 """
 from __future__ import annotations
 
@@ -36,21 +45,33 @@ STREAM_PROMPT_TOKENS = 128
 # stopping (each stream runs to its end, so that no request is left behind) takes a second or two.
 STREAM_OUTPUT_TOKENS = 128
 SETTLE_S = 0.5  # after the background streams start, before the first probe
+# A token gap is beside the probe's prefill when its midpoint is in [sent + head, first token];
+# head: the probe's request path (time outside the engines), given by the caller. It is outside
+# every probe when its midpoint is at least OUTSIDE_MARGIN_S from every probe's window.
+OUTSIDE_MARGIN_S = 0.02
+MIN_GAPS = 10  # fewer gaps on either side of a count: no figure for that count
 PAUSE_S = 0.2  # between probes
 
 
 @dataclass(frozen=True)
 class LoadStretch:
     """`points`: (background streams, median probe TTFT there / median with none), by streams;
-    `samples`: every probe's TTFT in seconds by streams (0 included)."""
+    `samples`: every probe's TTFT in seconds by streams (0 included); `decode_beside`:
+    (background streams, seconds a token gap took longer beside the probe's prefill than away
+    from it), for the counts with enough gaps (module docstring); `gap_counts`: (inside, outside)
+    gaps by streams."""
 
     points: tuple[tuple[int, float], ...]
     probe_prompt_tokens: int
     samples: dict[int, list[float]]
+    decode_beside: tuple[tuple[int, float], ...] = ()
+    gap_counts: dict[int, tuple[int, int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"points": [list(p) for p in self.points], "probe_prompt_tokens": self.probe_prompt_tokens,
-                "samples": {str(k): v for k, v in self.samples.items()}}
+                "samples": {str(k): v for k, v in self.samples.items()},
+                "decode_beside": [list(p) for p in self.decode_beside],
+                "gap_counts": {str(k): list(v) for k, v in (self.gap_counts or {}).items()}}
 
 
 def stretch_points(samples: dict[int, Sequence[float]]) -> tuple[tuple[int, float], ...]:
@@ -79,9 +100,34 @@ def non_decreasing(values: Sequence[float]) -> list[float]:
     return [m for m, n in blocks for _ in range(int(n))]
 
 
+def split_gaps(token_times: Sequence[Sequence[float]], windows: Sequence[tuple[float, float]],
+               margin_s: float = OUTSIDE_MARGIN_S) -> tuple[list[float], list[float]]:
+    """(inside, outside): the gaps between consecutive tokens of each request in `token_times`
+    whose midpoint lies in one of `windows` ((start, end) seconds), and those whose midpoint lies
+    at least `margin_s` from every window; the rest (at a window's edge) are neither."""
+    inside, outside = [], []
+    for times in token_times:
+        for a, b in zip(times, times[1:]):
+            mid = (a + b) / 2
+            if any(s <= mid <= e for s, e in windows):
+                inside.append(b - a)
+            elif all(mid < s - margin_s or mid > e + margin_s for s, e in windows):
+                outside.append(b - a)
+    return inside, outside
+
+
+def beside_excess(inside: Sequence[float], outside: Sequence[float], min_gaps: int = MIN_GAPS) -> float | None:
+    """Median gap inside minus median gap outside, or None with fewer than `min_gaps` on a side.
+    Kept as measured, below zero too (noise); the host model floors it."""
+    if len(inside) < min_gaps or len(outside) < min_gaps:
+        return None
+    return statistics.median(inside) - statistics.median(outside)
+
+
 class BackgroundStreams:
     """`count` requests streaming at all times through `stream` (a `Deployment.stream`), each
-    restarted when it ends, until `stop()`; a failed stream is raised by `stop()`."""
+    restarted when it ends, until `stop()`; a failed stream is raised by `stop()`. `token_times`:
+    each request's token arrival times (`time.time()`), one list per request."""
 
     def __init__(self, stream: Callable[..., Any], count: int, vocab_size: int, salt: str) -> None:
         from pd_serve.prompts import random_prompt
@@ -89,6 +135,7 @@ class BackgroundStreams:
         self._stream, self._vocab, self._salt, self._prompt = stream, vocab_size, salt, random_prompt
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
+        self.token_times: list[list[float]] = []
         self._threads = [threading.Thread(target=self._run, args=(k,), daemon=True, name=f"bg-stream-{k}")
                          for k in range(count)]
         for t in self._threads:
@@ -99,8 +146,12 @@ class BackgroundStreams:
         try:
             while not self._stop.is_set():
                 ids = self._prompt(STREAM_PROMPT_TOKENS, f"{self._salt}-{k}-{n}", self._vocab)
-                for _ in self._stream(prompt_token_ids=ids, max_tokens=STREAM_OUTPUT_TOKENS, ignore_eos=True):
-                    pass  # runs to its end: a stream cut short would leave its request behind
+                times: list[float] = []
+                self.token_times.append(times)
+                # runs to its end: a stream cut short would leave its request behind
+                for item in self._stream(prompt_token_ids=ids, max_tokens=STREAM_OUTPUT_TOKENS, ignore_eos=True):
+                    if item.get("type") == "token":
+                        times.append(time.time())
                 n += 1
         except BaseException as error:  # surfaced by stop()
             self._errors.append(error)
@@ -113,40 +164,53 @@ class BackgroundStreams:
             raise RuntimeError(f"a background stream failed: {self._errors[0]!r}") from self._errors[0]
 
 
-def probe_ttft_s(stream: Callable[..., Any], vocab_size: int, salt: int,
-                 num_tokens: int = PROBE_PROMPT_TOKENS, route: str = "auto") -> float:
-    """Seconds from sending one `num_tokens` prompt to its (only) token, sent by the benchmarks'
-    own client (`bench.run.run_workload`) on `route`; `salt` makes its prompt its own."""
+def probe_window(stream: Callable[..., Any], vocab_size: int, salt: int,
+                 num_tokens: int = PROBE_PROMPT_TOKENS, route: str = "auto") -> tuple[float, float]:
+    """(sent, first token), `time.time()` seconds, of one `num_tokens` prompt with one output
+    token, sent by the benchmarks' own client (`bench.run.run_workload`) on `route`; `salt`
+    makes its prompt its own."""
     from bench.run import run_workload
     from bench.workloads import fixed
 
     (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, route=route, progress=False, salt=salt)
-    if record.ttft_s is None:
+    if record.ttft_s is None or record.first_token_s is None:
         raise RuntimeError(f"the load probe failed: {record.error or 'no token came back'}")
-    return record.ttft_s
+    return record.arrival_s, record.first_token_s
 
 
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                          streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE, route: str = "auto",
-                         salt_base: int = 0) -> LoadStretch:
+                         salt_base: int = 0, head_s: float = 0.0) -> LoadStretch:
     """The probe on `dep`, which must be otherwise idle (see the module docstring), sent on
     `route`. A second probe of the same deployment needs another `salt_base` (under 1000 -
-    `repeats`): a prompt it sent before would come from the engine's prefix cache."""
+    `repeats`): a prompt it sent before would come from the engine's prefix cache. `head_s`:
+    the probe's request path, the part of its TTFT not beside its prefill."""
     from schedulers.candidates import DECODE_ROLES
 
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
     samples: dict[int, list[float]] = {}
+    decode_beside: list[tuple[int, float]] = []
+    gap_counts: dict[int, tuple[int, int]] = {}
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
-    probe_ttft_s(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
+    probe_window(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
         background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
+        windows = []
         try:
             if count:
                 time.sleep(SETTLE_S)
             for rep in range(repeats):
-                samples.setdefault(count, []).append(
-                    probe_ttft_s(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route))
+                sent, first = probe_window(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route)
+                samples.setdefault(count, []).append(first - sent)
+                windows.append((min(sent + head_s, first), first))
                 time.sleep(PAUSE_S)
         finally:
             background.stop()
-    return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples)
+        if count:
+            # A request's first gap holds its KV transfer on a disaggregated route: left out.
+            inside, outside = split_gaps([t[1:] for t in background.token_times], windows)
+            gap_counts[count] = (len(inside), len(outside))
+            excess = beside_excess(inside, outside)
+            if excess is not None:
+                decode_beside.append((count, excess))
+    return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts)

@@ -92,11 +92,15 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "load-batch": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
                                                          "step_excess_2_s", "step_excess_batch", "load_stretch",
                                                          "load_stretch_beside"),
+                                          "load-beside": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                          "step_excess_2_s", "step_excess_batch", "load_stretch",
+                                                          "load_stretch_beside", "decode_beside_prefill"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch")
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside")
+BATCH_FORMS = ("load-batch", "load-beside")
 PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
@@ -208,18 +212,25 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream"
           + "".join(f", {_signed_ms(e)} ms with {n}" for n, e in host.step_excess_batch),
           file=sys.stderr, flush=True)
-    load = measure_load_stretch(dep)
+    roles = {info.role for info in dep.infos.values()}
+    # The probe's request path (head_s): with a prefill-only engine and no other prefilling one,
+    # every probe goes disaggregated.
+    auto_head_s = path.disaggregated_s if ROLE_BOTH not in roles else path.colocated_s
+    load = measure_load_stretch(dep, head_s=auto_head_s or 0.0)
     _print_stretch("prefill beside streams", load)
     host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
-    roles = {info.role for info in dep.infos.values()}
     if ROLE_PREFILL in roles:
         # A prefill-only engine streams nothing itself. Where the router may also prefill on an
         # engine that streams, the probe above may not have gone to it: send it there.
-        beside = load if ROLE_BOTH not in roles else measure_load_stretch(dep, route=ROUTE_DISAGGREGATED,
-                                                                            salt_base=BESIDE_SALT)
+        beside = load if ROLE_BOTH not in roles else measure_load_stretch(
+            dep, route=ROUTE_DISAGGREGATED, salt_base=BESIDE_SALT, head_s=path.disaggregated_s or 0.0)
         if beside is not load:
             _print_stretch("prefill on the prefill-only engine beside streams", beside)
-        host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict())
+        print("    decode beside the prefill-only engine's prefill: "
+              + (", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in beside.decode_beside) or "too few gaps"),
+              file=sys.stderr, flush=True)
+        host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
+                           decode_beside_prefill=[list(p) for p in beside.decode_beside])
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
@@ -287,10 +298,15 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs the prefill's stretch under load "
                          f"(`bench.host_load`, measured since the evening of 2026-12-01); this record "
                          f"has none: pass --host neighbour-steps for it")
-    if host_form == "load-batch" and host_spec and not host_spec.get("step_excess_batch"):
-        raise ValueError(f"{label}: host form 'load-batch' needs the decode steps' excess at large batches "
+    if host_form in BATCH_FORMS and host_spec and not host_spec.get("step_excess_batch"):
+        raise ValueError(f"{label}: host form {host_form!r} needs the decode steps' excess at large batches "
                          f"(`bench.host_cpu`, measured since run 28); this record has none: pass "
                          f"--host load-path for it")
+    if (host_form == "load-beside" and host_spec and ROLE_PREFILL in cfg.role_counts()
+            and "decode_beside_prefill" not in host_spec):
+        raise ValueError(f"{label}: host form 'load-beside' needs what a decode step loses beside the "
+                         f"prefill-only engine's prefill (`bench.host_load`, measured since run 30); this "
+                         f"record has none: pass --host load-batch for it")
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "

@@ -118,6 +118,13 @@ class RouterConfig(_Strict):
     request_timeout_s: float = Field(300.0, gt=0)
 
 
+class DiagnosticsConfig(_Strict):
+    # When set, every actor's event loop held this long writes every thread's Python stack
+    # (faulthandler, pd_serve/loop_stalls.py). Off by default: the dump walks the other threads'
+    # stacks without the GIL and once crashed a process beside Ray's and gRPC's threads.
+    stack_dump_after_s: Optional[float] = Field(None, gt=0.05)
+
+
 class DeploymentConfig(_Strict):
     name: str = "pd-serve"
     model: str = Field("default", description="'default' (the generated tiny Llama), an HF dir or name")
@@ -127,6 +134,7 @@ class DeploymentConfig(_Strict):
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
 
     @field_validator("workers")
     @classmethod

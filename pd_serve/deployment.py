@@ -218,7 +218,7 @@ def _worker_specs(config: DeploymentConfig, model: str, tokenizer: str | None, d
                 worker_id=f"{role}-{i}", role=role, model=model, tokenizer=tokenizer,
                 engine=rc.engine, device=device, transfer_backend=config.transfer.backend,
                 abort_timeout_s=config.transfer.abort_timeout_s, single_node=single_node,
-                cpu_core=core))
+                cpu_core=core, stack_dump_after_s=config.diagnostics.stack_dump_after_s))
     return specs
 
 

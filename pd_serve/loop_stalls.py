@@ -14,10 +14,14 @@ Two parts:
   stall comes with what the loop was running. When the watchdog itself wakes that late, the
   whole process was held (the GIL, or the OS did not run it), and no stack can say by what: the
   stall is marked `process_held`;
-- for that case, the heartbeat keeps `faulthandler.dump_traceback_later` armed: CPython's C
-  watchdog needs no GIL, so when the loop has not beaten for `dump_after_s` it writes every
-  thread's Python stack to a file, the one holding the GIL among them. A stall at least that
-  long comes with that dump (`all_threads`).
+- for that case, given `dump_after_s`, the heartbeat keeps `faulthandler.dump_traceback_later`
+  armed: CPython's C watchdog needs no GIL, so when the loop has not beaten for `dump_after_s`
+  it writes every thread's Python stack to a file, the one holding the GIL among them. A stall
+  at least that long comes with that dump (`all_threads`). Off by default, in the product too
+  (`diagnostics.stack_dump_after_s` in a deployment's YAML turns it on): walking the other
+  threads' stacks without the GIL is unsafe while they run, and one such dump crashed a pytest
+  process holding Ray's and gRPC's threads (2026-12-01). The dumps it gave had answered their
+  question (below).
 
 Measured (2026-12-01, seven sweeps of the rates experiment at 2-8 req/s, 5,040 requests): while
 serving, six stalls of 0.6-1.23 s, every one of the second kind (the whole process held), five
@@ -43,7 +47,7 @@ BEAT_S = 0.01        # heartbeat and watchdog period
 KEEP_STALLS = 64
 STACK_FRAMES = 12    # innermost frames kept per sample
 MAX_SAMPLES = 50     # stack samples kept per stall
-DUMP_AFTER_S = 0.25  # every thread's stack is dumped when the loop has not beaten this long
+DUMP_AFTER_S = 0.25  # a useful dump_after_s: every thread's stack when the loop has not beaten this long
 REARM_S = 0.05       # how often the heartbeat re-arms that dump (each arming starts a C thread)
 DUMP_CHARS = 12000   # at most this much of one dump is kept
 
@@ -59,7 +63,7 @@ class LoopStalls:
     """Start with `await LoopStalls().start()` from inside the loop to watch; `summary()` any time."""
 
     def __init__(self, threshold_s: float = STALL_S, interval_s: float = BEAT_S,
-                 keep: int = KEEP_STALLS, dump_after_s: float | None = DUMP_AFTER_S) -> None:
+                 keep: int = KEEP_STALLS, dump_after_s: float | None = None) -> None:
         if not 0 < interval_s < threshold_s:
             raise ValueError(f"need 0 < interval_s < threshold_s, got {interval_s}, {threshold_s}")
         if dump_after_s is not None and dump_after_s <= REARM_S:

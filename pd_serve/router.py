@@ -116,7 +116,8 @@ class Router:
         self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
         self.warmup_transfers: dict[tuple[str, str], list] = {}  # (bytes, seconds) it was measured on
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
-        self.loop = LoopStalls()  # its event loop watched from ready() on (loop_stalls.py)
+        # its event loop watched from ready() on (loop_stalls.py)
+        self.loop = LoopStalls(dump_after_s=config.diagnostics.stack_dump_after_s)
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         # Per request decided with a prediction: its prefilling worker's (speed factor, requests
         # in flight on that worker's host) at the decision, to undo them when it is observed.

@@ -40,6 +40,7 @@ class WorkerSpec:
     abort_timeout_s: int
     single_node: bool
     cpu_core: int | None = None  # CPU only: the core this engine's OpenMP threads are pinned to
+    stack_dump_after_s: float | None = None  # config.diagnostics: the loop watch's all-thread dump
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ class EngineWorker(ProbeHost):
         self.num_queued_prefill_tokens = 0
         self._stats = None
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
-        self.loop = LoopStalls()  # its event loop watched from start() on (loop_stalls.py)
+        # its event loop watched from start() on (loop_stalls.py)
+        self.loop = LoopStalls(dump_after_s=spec.stack_dump_after_s)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self) -> WorkerInfo:

@@ -17,7 +17,7 @@ unknown key`). Schema (defaults in brackets):
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
            step_excess_alone_s: null, stream_step_s: null, step_excess_batch: [], neighbour: null,
-           load_stretch: [], load_stretch_beside: []}   # CPU hosts, measured live
+           load_stretch: [], load_stretch_beside: [], decode_beside_prefill: []}   # CPU hosts, measured live
     # host.neighbour: {overhead_s, s_per_linear_flop, s_per_attention_flop, s_per_kv_byte},
     # the step model calibrated with all engines probed at once
     policies:                         # compared runs: label -> policy on its own workers
@@ -146,9 +146,11 @@ class HostConfig(_Strict):
     load_stretch: list[tuple[int, float]] = Field(default_factory=list)  # (streams, factor) points
     # the same for a prefill on a prefill-only engine, beside the streams of the others
     load_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
+    # (streams, seconds) a streaming step loses while a prefill-only engine prefills
+    decode_beside_prefill: list[tuple[int, float]] = Field(default_factory=list)
 
     def spec(self) -> HostSpec:
-        keys = ("load_stretch", "load_stretch_beside", "step_excess_batch")
+        keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill")
         values = self.model_dump(exclude={"neighbour", *keys})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

@@ -79,6 +79,14 @@ load-path from run 25, load-batch from run 29):
   from one stream to n: the line through the bursts' excess at 1, 2, 4 and 8 streams per engine
   (`bench.host_cpu`), beyond the last point along its last segment. A large batch is measured
   instead of extrapolated from one or two streams.
+- load-beside (`decode_beside_prefill` set besides; `--host load-beside`): as load-batch, and a
+  step that streams while a prefill-only engine is prefilling takes longer by what the
+  background streams' token gaps grew by inside the load probe's prefill on that engine
+  (`bench.host_load`, per count of streams, the points joined linearly, below the first at the
+  first, never below 0). The bursts never run a prefill beside a decode, and where a
+  prefill-only engine prefills beside the streaming one (disaggregated, hybrid) the live gaps
+  took 3-5 ms longer than with it idle where the simulator added 0-1.5 ms (runs 28-29,
+  `bench.token_gaps`).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -103,7 +111,9 @@ class HostSpec:
     each stream beyond the first adds follows the excess through e1, e2 and them.
     `load_stretch_beside`: the same points for a prefill on a prefill-only engine, which streams
     nothing itself, beside the streams of the others (`load_factor(streams, beside=True)`);
-    without them, `load_stretch` stands for both."""
+    without them, `load_stretch` stands for both. `decode_beside_prefill`: (streams, seconds)
+    points, what a step streaming that many loses while a prefill-only engine prefills
+    (`beside_prefill_s`)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -115,6 +125,7 @@ class HostSpec:
     neighbour_coefficients: tuple[float, float, float, float] | None = None
     load_stretch: tuple[tuple[int, float], ...] = ()
     load_stretch_beside: tuple[tuple[int, float], ...] = ()
+    decode_beside_prefill: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
@@ -126,6 +137,9 @@ class HostSpec:
         batches = [n for n, _ in self.step_excess_batch]
         if any(n <= 2 for n in batches) or batches != sorted(set(batches)):
             raise ValueError(f"host.step_excess_batch needs increasing stream counts above 2, got {batches}")
+        beside = [n for n, _ in self.decode_beside_prefill]
+        if any(n <= 0 for n in beside) or beside != sorted(set(beside)):
+            raise ValueError(f"host.decode_beside_prefill needs increasing stream counts above 0, got {beside}")
         for name in ("load_stretch", "load_stretch_beside"):
             points = getattr(self, name)
             counts = [n for n, _ in points]
@@ -148,6 +162,17 @@ class HostSpec:
         if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
+
+    def beside_prefill_s(self, num_streams: int) -> float:
+        """What a step streaming `num_streams` takes longer while a prefill-only engine prefills:
+        the measured points joined linearly, below the first count at the first, beyond the last
+        along its last segment; never below 0 (a measured point below 0 is noise)."""
+        points = self.decode_beside_prefill
+        if not self.is_modelled or not points or num_streams <= 0:
+            return 0.0
+        if len(points) == 1 or num_streams <= points[0][0]:
+            return max(0.0, points[0][1])
+        return max(0.0, _joined(points, num_streams))
 
     def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,

@@ -180,6 +180,8 @@ class Simulator:
                 factor = host.load_factor(self._num_streams(plan), beside=self._is_prefill_only(worker_id))
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                             plan.duration_s * factor if plan.chunks else plan.duration_s)
+                if plan.decodes and self._prefill_only_prefilling(worker_id):
+                    delay_s += host.beside_prefill_s(len(plan.decodes))
                 if plan.chunks:
                     # a prefill loses a share of its core to the streams' work elsewhere, as they come and go
                     step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
@@ -205,6 +207,11 @@ class Simulator:
             if step.restretch(now_s, self.cluster.host.load_factor(num_streams, self._is_prefill_only(worker_id))):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
+
+    def _prefill_only_prefilling(self, worker_id: str) -> bool:
+        """Whether a prefill-only engine other than `worker_id` is in a prefill step now."""
+        return any(w.current is not None and w.current.chunks for wid, w in self.workers.items()
+                   if wid != worker_id and self._is_prefill_only(wid))
 
     def _is_prefill_only(self, worker_id: str) -> bool:
         return self.workers[worker_id].spec.role == ROLE_PREFILL

@@ -245,6 +245,11 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     beside = measure_load_stretch(hybrid, repeats=2, streams_per_engine=(1,), route="disaggregated",
                                   salt_base=100)
     assert [n for n, _ in beside.points] == [engines] and min(beside.samples[0]) > 0, beside.samples
+    # The stream's token gaps inside the probe's prefill and away from it were both timed (about
+    # 20 and 40 of them), and what a decode step lost beside the prefill is a few milliseconds.
+    inside, outside = beside.gap_counts[engines]
+    assert inside > 0 and outside > 0, beside.gap_counts
+    assert all(abs(e) < 0.05 for _, e in beside.decode_beside), beside.decode_beside
     workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers

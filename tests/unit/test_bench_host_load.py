@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 import bench.host_load as host_load
-from bench.host_load import BackgroundStreams, measure_load_stretch, non_decreasing, stretch_points
+from bench.host_load import (BackgroundStreams, beside_excess, measure_load_stretch, non_decreasing, split_gaps,
+                             stretch_points)
 
 
 def test_the_stretch_is_each_counts_median_over_the_median_alone():
@@ -110,3 +111,67 @@ def test_a_probe_on_a_route_sends_every_prompt_there_and_none_the_engine_has_see
     assert len(second) == 5  # one uncounted, then two at each of the two levels
     # A prompt sent again would come from the prefix cache and time nothing.
     assert not {p for _, p in first} & {p for _, p in second}
+
+
+# ---- the decode steps beside the probe's prefill --------------------------------------------------
+
+def test_gaps_are_split_by_their_midpoint_and_those_at_a_windows_edge_are_left_out():
+    times = [[0.0, 0.1, 0.2, 0.3, 0.4, 0.5]]  # midpoints 0.05, 0.15, ... 0.45
+    inside, outside = split_gaps(times, [(0.12, 0.26)], margin_s=0.05)
+    assert inside == pytest.approx([0.1, 0.1])  # 0.15, 0.25
+    assert outside == pytest.approx([0.1, 0.1, 0.1])  # 0.05, 0.35, 0.45; none at the edge here
+    inside, outside = split_gaps(times, [(0.12, 0.26)], margin_s=0.1)
+    assert len(inside) == 2 and len(outside) == 1  # 0.05 and 0.35 lie within 0.1 of the window
+
+
+def test_the_excess_is_the_median_inside_over_outside_and_needs_enough_gaps():
+    assert beside_excess([0.01] * 9 + [0.5], [0.006] * 10) == pytest.approx(0.004)
+    assert beside_excess([0.01] * 9, [0.006] * 10) is None
+    assert beside_excess([0.01] * 10, [0.006] * 3) is None
+
+
+class PrefillingFake(FakeDeployment):
+    """A probe (one output token) prefills for PREFILL_S; meanwhile every other request's tokens
+    come SLOWER_S later."""
+
+    PREFILL_S, STEP_S, SLOWER_S = 0.15, 0.005, 0.005
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prefilling = 0
+
+    def stream(self, prompt_token_ids, max_tokens, ignore_eos, route="auto"):
+        if max_tokens == 1:
+            with self.lock:
+                self.prefilling += 1
+            try:
+                time.sleep(self.PREFILL_S)
+            finally:
+                with self.lock:
+                    self.prefilling -= 1
+            yield {"type": "token", "token_ids": [1]}
+            yield {"type": "result", "result": self.result(route, 1)}
+            return
+        for _ in range(min(max_tokens, 20)):
+            time.sleep(self.STEP_S + (self.SLOWER_S if self.prefilling else 0.0))
+            yield {"type": "token", "token_ids": [1]}
+        yield {"type": "result", "result": self.result(route, min(max_tokens, 20))}
+
+    @staticmethod
+    def result(route: str, n: int) -> SimpleNamespace:
+        return SimpleNamespace(route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
+                               prefill_worker=None, decode_worker="both-0", token_ids=[1] * n)
+
+
+def test_the_probe_measures_what_a_decode_step_loses_beside_its_prefill(monkeypatch):
+    monkeypatch.setattr(host_load, "SETTLE_S", 0.05)
+    monkeypatch.setattr(host_load, "PAUSE_S", 0.05)
+    dep = PrefillingFake()
+    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,))
+    (count, excess), = stretch.decode_beside
+    assert count == 2  # one stream on each of the fake's two engines
+    inside, outside = stretch.gap_counts[2]
+    assert inside >= 10 and outside >= 10
+    # Timer noise aside, the fake's gaps grow from 5 to 10 ms while a probe prefills.
+    assert excess == pytest.approx(PrefillingFake.SLOWER_S, rel=0.4)
+    assert stretch.to_dict()["decode_beside"] == [[2, excess]]

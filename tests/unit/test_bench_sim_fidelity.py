@@ -1,6 +1,8 @@
 """bench.sim_fidelity's pure parts: calibration records, mirrored sim configs, errors (no Ray/vLLM)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -280,6 +282,27 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir)
     with pytest.raises(ValueError, match="--host neighbour-steps"):
         sf.sim_config_for("colocated", load("colocated.yaml"), with_lone, model_dir)
+
+
+def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_there_is_a_prefill_only_engine(
+        cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004], [2, 0.005]]}
+
+    def host_of(label, config, form, record_host):
+        return build_cluster(sf.sim_config_for(label, load(config), {**cal, "host": record_host}, model_dir,
+                                               host_form=form), label).host
+    beside = host_of("disaggregated", "disaggregated.yaml", "load-beside", host)
+    assert beside.decode_beside_prefill == ((1, 0.004), (2, 0.005))
+    batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
+    assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
+    older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
+    with pytest.raises(ValueError, match="--host load-batch"):
+        host_of("hybrid adaptive", "hybrid.yaml", "load-beside", older)  # a record from before it was measured
+    # Without a prefill-only engine there is nothing to measure and nothing missing.
+    assert host_of("colocated", "colocated.yaml", "load-beside", older) == host_of("colocated", "colocated.yaml",
+                                                                                  "load-batch", older)
 
 
 def test_the_gaps_table_sets_live_beside_simulated_gaps_by_class():

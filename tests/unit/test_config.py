@@ -81,3 +81,10 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("workers: [unclosed\n")
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(bad)
+
+
+def test_the_all_thread_stack_dump_is_off_unless_asked_for():
+    assert _with().diagnostics.stack_dump_after_s is None
+    assert _with(diagnostics={"stack_dump_after_s": 0.25}).diagnostics.stack_dump_after_s == 0.25
+    with pytest.raises(ConfigError, match=r"diagnostics\.stack_dump_after_s"):
+        _with(diagnostics={"stack_dump_after_s": 0.01})  # at or under the watch's re-arm period

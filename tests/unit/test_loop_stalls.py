@@ -16,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-from pd_serve.loop_stalls import LoopStalls
+from pd_serve.loop_stalls import DUMP_AFTER_S, LoopStalls
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,8 +50,9 @@ def hold_the_gil(seconds: float) -> None:
 
 
 SCENARIOS: dict[str, Callable[[], dict]] = {
-    "held loop": lambda: watched_here(lambda: hold_the_loop(0.4)),
-    "held process": lambda: watched_here(lambda: hold_the_gil(0.6)),
+    "held loop": lambda: watched_here(lambda: hold_the_loop(0.4), dump_after_s=DUMP_AFTER_S),
+    "held process": lambda: watched_here(lambda: hold_the_gil(0.6), dump_after_s=DUMP_AFTER_S),
+    "held loop, no dump": lambda: watched_here(lambda: hold_the_loop(0.4)),
     "turning": lambda: watched_here(*[lambda: None] * 2),
     "short then long": lambda: watched_here(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
                                             dump_after_s=0.3),
@@ -86,6 +87,12 @@ def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
     assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
     assert stalls[0]["process_held"]  # the watchdog thread could not run either
     assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
+
+
+def test_without_dump_after_s_no_dump_is_armed_and_the_stall_still_has_its_stack():
+    (stall,) = watched("held loop, no dump")["stalls"]
+    assert stall["all_threads"] is None
+    assert any(line.endswith(" hold_the_loop") for s in stall["stacks"] for line in s["stack"])
 
 
 def test_a_turning_loop_has_no_stall():
