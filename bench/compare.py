@@ -19,6 +19,7 @@ minute then moves one round's counts, which the pooled table shows beside its go
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import statistics
 import sys
@@ -103,8 +104,12 @@ def process_reports(dep: Any, client: GcPauses) -> tuple[dict[str, dict], dict[s
 
 
 def loop_line(report: dict[str, dict]) -> str:
-    """Each process's stall count and longest stall, on one line."""
-    return "; ".join(f"{name} {r['num_stalls']} (longest {r['max_stall_s'] * 1e3:.0f} ms)"
+    """Each process's stall count and longest stall, and the OS's word for its kept stalls
+    (pd_serve/os_clocks.py: 'no cpu', 'steal', 'ran', 'other thread', 'page faults', 'asleep'), on one line."""
+    def verdicts(r: dict) -> str:
+        counts = collections.Counter(s.get("os_verdict") for s in r.get("stalls", []) if s.get("os_verdict"))
+        return "".join(f", {word} {n}" for word, n in counts.most_common())
+    return "; ".join(f"{name} {r['num_stalls']} (longest {r['max_stall_s'] * 1e3:.0f} ms{verdicts(r)})"
                      for name, r in report.items())
 
 

@@ -12,11 +12,14 @@
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
    bursts, with a lone stream on the whole deployment and with one and two streams per engine;
    `bench.host_load`: how many times longer a prefill's TTFT is beside 1, 2 and 4 streams per
-   engine). By default (`--host load-batch`) a decode step no other engine computes beside takes
+   engine). With `--host load-batch` a decode step no other engine computes beside takes
    the lone stream's excess and the others the one-stream excess per engine, the streams it
    carries beyond the first add what the bursts' excess grew by from one stream to that many
    (measured at 1, 2, 4 and 8 streams per engine), and every prefill step and the request path
-   take the load factor for the requests streaming at the time; `--host load-path` takes the
+   take the load factor for the requests streaming at the time; `--host load-beside` (the
+   default) adds to a
+   decode step that runs while a prefill-only engine prefills what `bench.host_load`'s probe saw
+   the streams' token gaps grow by inside its prefill; `--host load-path` takes the
    path's CPU per streamed token for each further stream instead, `--host load` the bursts'
    two-stream excess; `--host
    neighbour-steps` is load without the load factor; `--host steps` takes the per-engine
@@ -121,8 +124,13 @@ PATH_SLOPE_FORMS = ("load-path",)
 # from the decode excess measured at 4 and 8 streams per engine: on runs 28 and 29, fresh, 21
 # and 20 of 36 pooled (load-path 15 and 20), 43 and 50 held out (load-path 48 and 34; the live
 # rounds 46 and 46), no meltdown: the default since. Records from before run 28 have no batch
-# points: --host load-path for them.
-DEFAULT_HOST_FORM = "load-batch"
+# points: --host load-path for them. The load-beside form adds to a decode step that runs while a
+# prefill-only engine prefills what the probe saw the streams' gaps grow by there (measured since
+# run 30): on run 30, 24 of 36 pooled against 23 and 26 held out against 24 (the live rounds 19);
+# on run 32 (another, 3-6x slower machine, every system past its capacity at 4-8 req/s), 12
+# against 11 and 35 against 31 (the live rounds 67 of 108): the default since. Records from before
+# run 30 have no such points: --host load-batch for them.
+DEFAULT_HOST_FORM = "load-beside"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -587,8 +595,9 @@ def main(argv: list[str] | None = None) -> int:
                          "the time (load); as load with each stream beyond the "
                          "first in a decode step adding the path's CPU per streamed token "
                          "(load-path); as load with the further streams priced by "
-                         "the excess measured at 4 and 8 streams per engine (load-batch, the "
-                         "default); load "
+                         "the excess measured at 4 and 8 streams per engine (load-batch); as "
+                         "load-batch with a decode step beside a prefill-only engine's "
+                         "prefill adding what the probe measured there (load-beside, the default); load "
                          "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "

@@ -14,7 +14,10 @@ Two parts:
   stall comes with what the loop was running. When the watchdog itself wakes that late, the
   whole process was held (the GIL, or the OS did not run it), and no stack can say by what: the
   stall is marked `process_held`;
-- for that case, given `dump_after_s`, the heartbeat keeps `faulthandler.dump_traceback_later`
+- each heartbeat also reads the OS's counters for the loop thread (os_clocks.py), so a stall
+  comes with how long that thread ran, waited runnable for a CPU, how long the rest of the
+  process ran and the machine's steal meanwhile, and a word for it (`os_verdict`);
+- for the held case, given `dump_after_s`, the heartbeat keeps `faulthandler.dump_traceback_later`
   armed: CPython's C watchdog needs no GIL, so when the loop has not beaten for `dump_after_s`
   it writes every thread's Python stack to a file, the one holding the GIL among them. A stall
   at least that long comes with that dump (`all_threads`). Off by default, in the product too
@@ -27,7 +30,9 @@ Measured (2026-12-01, seven sweeps of the rates experiment at 2-8 req/s, 5,040 r
 serving, six stalls of 0.6-1.23 s, every one of the second kind (the whole process held), five
 in a worker actor of the adaptive deployment. Their dumps show no thread running Python code:
 the loop idle in its poll, every other thread waiting. Whatever held the process was not
-Python. Start-up has stalls of its own (imports, the NIXL link probe), counted as well.
+Python. Start-up has stalls of its own (imports, the NIXL link probe), counted as well. With
+the OS's account (2026-12-02): the held ones had the loop thread asleep, neither running nor
+waiting for a CPU, while threads of the process waited in the kernel for its address-space lock.
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ import threading
 import time
 import traceback
 from typing import Any
+
+from pd_serve.os_clocks import OsClocks, between, what_held
 
 STALL_S = 0.1        # a heartbeat at least this late is a stall
 BEAT_S = 0.01        # heartbeat and watchdog period
@@ -79,6 +86,7 @@ class LoopStalls:
         self.num_beats = 0
         self._last_beat = time.monotonic()
         self._loop_thread: int | None = None
+        self._clocks: OsClocks | None = None      # opened on the loop thread by start()
         self._samples: list[dict[str, Any]] = []  # taken by the watchdog during the current stall
         self._held_s = 0.0                         # how late the watchdog itself woke meanwhile
         self._lock = threading.Lock()
@@ -94,6 +102,8 @@ class LoopStalls:
         if self.running:
             return self
         self._loop_thread = threading.get_ident()
+        if self._clocks is None:
+            self._clocks = OsClocks()
         self._last_beat = time.monotonic()
         self._stop.clear()
         if self.dump_after_s is not None and self._dump is None:
@@ -108,6 +118,9 @@ class LoopStalls:
             self._task.cancel()
         if self._dump is not None:
             faulthandler.cancel_dump_traceback_later()
+        if self._clocks is not None:
+            self._clocks.close()
+            self._clocks = None
 
     async def _beat(self) -> None:
         armed = 0.0
@@ -118,14 +131,16 @@ class LoopStalls:
             if self._dump is not None and before - armed >= REARM_S:
                 faulthandler.dump_traceback_later(self.dump_after_s, file=self._dump)
                 armed = before
+            clocks = self._clocks
+            reading = clocks.read() if clocks is not None else None
             await asyncio.sleep(self.interval_s)
             now = time.monotonic()
             self.num_beats += 1
             late_s = now - before - self.interval_s
             if late_s >= self.threshold_s:
-                self._record(late_s, now)
+                self._record(late_s, now, between(reading, clocks.read() if clocks is not None else None))
 
-    def _record(self, late_s: float, now: float) -> None:
+    def _record(self, late_s: float, now: float, account: dict[str, float] | None = None) -> None:
         with self._lock:
             samples, self._samples = self._samples, []
             held_s, self._held_s = self._held_s, 0.0
@@ -139,6 +154,9 @@ class LoopStalls:
             "process_held": held_s >= self.threshold_s or (
                 not samples and late_s >= self.threshold_s + 2 * self.interval_s),
             "watchdog_late_s": held_s,
+            # the OS's account of the loop thread over the stall (os_clocks.py), and in a word
+            "os": account,
+            "os_verdict": what_held(late_s + self.interval_s, account),
             "stacks": _distinct_stacks(samples),
             "all_threads": self._read_dump()})
 

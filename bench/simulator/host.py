@@ -14,7 +14,7 @@ shows none of it.
 Several forms, all with inputs measured on the live deployment before its run
 (`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
 `bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22,
-load-path from run 25, load-batch from run 29):
+load-path from run 25, load-batch from run 29, load-beside from run 32):
 - path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per

@@ -49,10 +49,19 @@ def hold_the_gil(seconds: float) -> None:
     sum(range(int(10**6 * seconds / per_million)))
 
 
+def hold_the_gil_elsewhere(seconds: float) -> None:
+    """Another thread of the process takes the GIL in one C call while the loop waits for it."""
+    import threading
+    holder = threading.Thread(target=hold_the_gil, args=(seconds,))
+    holder.start()
+    holder.join()
+
+
 SCENARIOS: dict[str, Callable[[], dict]] = {
     "held loop": lambda: watched_here(lambda: hold_the_loop(0.4), dump_after_s=DUMP_AFTER_S),
     "held process": lambda: watched_here(lambda: hold_the_gil(0.6), dump_after_s=DUMP_AFTER_S),
     "held loop, no dump": lambda: watched_here(lambda: hold_the_loop(0.4)),
+    "held elsewhere": lambda: watched_here(lambda: hold_the_gil_elsewhere(0.6)),
     "turning": lambda: watched_here(*[lambda: None] * 2),
     "short then long": lambda: watched_here(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
                                             dump_after_s=0.3),
@@ -80,6 +89,9 @@ def test_a_held_loop_is_one_stall_with_the_holders_stack():
     assert sum(s["count"] for s in stall["stacks"]) >= 10
     # longer than dump_after_s: faulthandler's C thread wrote every thread's stack, this one's too
     assert "hold_the_loop" in stall["all_threads"]
+    # in time.sleep: neither ran nor waited for a CPU ("page faults" when the dump read code back)
+    assert stall["os_verdict"] in ("asleep", "page faults")
+    assert stall["os"]["thread_ran_s"] < 0.5 * stall["stall_s"]
 
 
 def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
@@ -87,6 +99,16 @@ def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
     assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
     assert stalls[0]["process_held"]  # the watchdog thread could not run either
     assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
+    # the loop thread itself held the GIL, computing (on a busy host, partly waiting for a CPU)
+    assert stalls[0]["os_verdict"] in ("ran", "no cpu")
+    assert stalls[0]["os"]["thread_ran_s"] + stalls[0]["os"]["thread_runnable_s"] >= 0.8 * stalls[0]["stall_s"]
+
+
+def test_a_gil_held_by_another_thread_is_told_apart_by_the_os_account():
+    (stall,) = watched("held elsewhere")["stalls"]
+    assert stall["process_held"] and stall["stall_s"] >= 0.3
+    assert stall["os_verdict"] == "other thread"
+    assert stall["os"]["others_ran_s"] >= 0.25 * stall["stall_s"] > stall["os"]["thread_ran_s"]
 
 
 def test_without_dump_after_s_no_dump_is_armed_and_the_stall_still_has_its_stack():
