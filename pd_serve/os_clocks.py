@@ -15,7 +15,7 @@ starts"); these counters tell the remaining causes apart:
   VM's kernel runs DAMON with a `pageout` scheme that evicts memory left unaccessed for about a
   minute, so a library's code path idle that long is read back from disk when next run), or
   in its own poll.
-Measured (2026-12-02, seven runs of adaptive at 8 req/s): the 0.1-0.3 s stalls while serving
+Measured (2026-12-02, nine runs of adaptive at 8 req/s): the 0.1-0.3 s stalls while serving
 were 'no cpu'; the held ones of 0.94-7.9 s 'asleep', with no fault, steal or I/O wait, and
 threads of the process sampled from outside sat in mmap / munmap / mprotect / brk in `D` state:
 the address-space lock, held by something not found (README, "What holds a worker's process").
