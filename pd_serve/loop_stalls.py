@@ -15,8 +15,9 @@ Two parts:
   whole process was held (the GIL, or the OS did not run it), and no stack can say by what: the
   stall is marked `process_held`;
 - each heartbeat also reads the OS's counters for the loop thread (os_clocks.py), so a stall
-  comes with how long that thread ran, waited runnable for a CPU, how long the rest of the
-  process ran and the machine's steal meanwhile, and a word for it (`os_verdict`);
+  comes with how long that thread ran and waited runnable for a CPU, how long the rest of the
+  process ran, its major faults, and the machine's steal and I/O wait meanwhile, and a word for
+  it (`os_verdict`);
 - for the held case, given `dump_after_s`, the heartbeat keeps `faulthandler.dump_traceback_later`
   armed: CPython's C watchdog needs no GIL, so when the loop has not beaten for `dump_after_s`
   it writes every thread's Python stack to a file, the one holding the GIL among them. A stall

@@ -134,17 +134,11 @@ class HostSpec:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
         if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
-        batches = [n for n, _ in self.step_excess_batch]
-        if any(n <= 2 for n in batches) or batches != sorted(set(batches)):
-            raise ValueError(f"host.step_excess_batch needs increasing stream counts above 2, got {batches}")
-        beside = [n for n, _ in self.decode_beside_prefill]
-        if any(n <= 0 for n in beside) or beside != sorted(set(beside)):
-            raise ValueError(f"host.decode_beside_prefill needs increasing stream counts above 0, got {beside}")
+        _check_counts("step_excess_batch", self.step_excess_batch, above=2)
+        _check_counts("decode_beside_prefill", self.decode_beside_prefill, above=0)
         for name in ("load_stretch", "load_stretch_beside"):
             points = getattr(self, name)
-            counts = [n for n, _ in points]
-            if any(n <= 0 for n in counts) or counts != sorted(set(counts)):
-                raise ValueError(f"host.{name} needs increasing stream counts above 0, got {counts}")
+            _check_counts(name, points, above=0)
             if any(f <= 0 for _, f in points):
                 raise ValueError(f"host.{name} factors must be positive, got {points}")
 
@@ -196,6 +190,13 @@ class HostSpec:
         slope = (self.stream_step_s if self.stream_step_s is not None
                  else self.step_excess_2_s - self.step_excess_1_s)
         return (num_streams - 1) * slope
+
+
+def _check_counts(name: str, points: tuple[tuple[int, float], ...], above: int) -> None:
+    """Refuse measured (count, value) `points` whose counts are not increasing and above `above`."""
+    counts = [n for n, _ in points]
+    if any(n <= above for n in counts) or counts != sorted(set(counts)):
+        raise ValueError(f"host.{name} needs increasing stream counts above {above}, got {counts}")
 
 
 def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:

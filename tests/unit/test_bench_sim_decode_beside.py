@@ -2,20 +2,16 @@
 `decode_beside_prefill`; measured by bench.host_load's probe), and how the simulator charges it."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from bench.simulator import ClusterSpec, EngineSpec, get_link, simulate
+from bench.simulator import simulate
 from bench.simulator.config import SimConfigError, build_cluster, sim_config_from_dict
 from bench.simulator.host import HostSpec
 from bench.workloads import RequestSpec, Workload
-from schedulers.hardware import HARDWARE_SPECS
-from schedulers.model_spec import MODEL_SPECS
 from schedulers.policies import ColocatedPolicy, DisaggregatedPolicy
-from schedulers.step_time import StepTimeModel
 
-MODEL = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], HARDWARE_SPECS["a100"], 16)
+from .sim_clusters import MODEL, cluster
+
 EXTRA_S = 0.004
 
 
@@ -40,13 +36,6 @@ def test_bad_points_are_refused_and_a_config_takes_them():
     assert built.host.decode_beside_prefill == ((1, 0.004),)
     with pytest.raises(SimConfigError, match="decode_beside_prefill"):
         sim_config_from_dict({**config, "host": {"num_cores": 2, "decode_beside_prefill": [[0, 0.004]]}})
-
-
-def cluster(roles: dict[str, int], host: HostSpec) -> ClusterSpec:
-    spec = ClusterSpec.from_roles(MODEL, roles, EngineSpec(num_kv_blocks=20000, max_model_len=8192,
-                                                           max_num_batched_tokens=8192),
-                                  get_link("nvlink"))
-    return replace(spec, host=host)
 
 
 def gaps(times: list[float]) -> list[float]:

@@ -6,17 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from bench.simulator import ClusterSpec, EngineSpec, get_link, simulate
+from bench.simulator import simulate
 from bench.simulator.config import SimConfigError, build_cluster, sim_config_from_dict
 from bench.simulator.host import HostSpec
 from bench.simulator.stretch import StretchedStep
 from bench.workloads import RequestSpec, Workload
-from schedulers.hardware import HARDWARE_SPECS
-from schedulers.model_spec import MODEL_SPECS
 from schedulers.policies import ColocatedPolicy, DisaggregatedPolicy
-from schedulers.step_time import StepTimeModel
 
-MODEL = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], HARDWARE_SPECS["a100"], 16)
+from .sim_clusters import MODEL, cluster
 
 
 # ---- the step ----------------------------------------------------------------------------------
@@ -68,13 +65,6 @@ def test_bad_beside_points_are_refused():
 
 
 # ---- in the simulator ------------------------------------------------------------------------------
-
-def cluster(roles: dict[str, int], host: HostSpec) -> ClusterSpec:
-    spec = ClusterSpec.from_roles(MODEL, roles, EngineSpec(num_kv_blocks=20000, max_model_len=8192,
-                                                           max_num_batched_tokens=8192),
-                                  get_link("nvlink"))
-    return replace(spec, host=host)
-
 
 def test_a_prefill_runs_at_the_load_of_each_moment_while_it_lasts():
     # r0 streams on one engine and ends while r1's long prompt prefills, in one step, on the other.
