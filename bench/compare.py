@@ -12,6 +12,9 @@ Experiments (`--experiment`):
 
 `python -m bench.compare --experiment rates --rates 0.5,1,2 --out results/compare`
 writes summary.json, summary.md and PNG plots into --out, and prints the tables with ratios.
+`--rates auto --loads 0.25,0.5,0.75` first measures the colocated baseline's capacity on this
+host for the experiment's request mix (bench/capacity.py) and serves each load as that fraction
+of it: fixed rates are light load on one host and overload on another.
 `--rounds 2` runs the whole rates sweep twice, each round deploying every system afresh in a
 rotated order (into --out/round_<k>), and pools the rounds (bench/rate_rounds.py): one noisy
 minute then moves one round's counts, which the pooled table shows beside its goodput.
@@ -30,6 +33,8 @@ from typing import Any, Callable
 
 import yaml
 
+from bench.capacity import (CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, Capacity, parse_loads, rates_at,
+                            steady_capacity)
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown)
 from bench.rate_rounds import comparison_rows, pool_rounds, rotated
@@ -148,14 +153,53 @@ def rates_systems() -> dict[str, dict]:
     return systems
 
 
+def measure_capacity(args: argparse.Namespace, slo: SloSpec) -> Capacity:
+    """The colocated baseline's capacity for the rates experiment's request mix, from its own
+    deployment: a closed loop of CONCURRENCY_PER_ENGINE requests per engine (bench/capacity.py)."""
+    label = RATES_BASELINES[0]
+    cfg = rates_systems()[label]
+    engines = sum(int(w.get("count", 1)) for w in cfg["workers"].values())
+    concurrency = CONCURRENCY_PER_ENGINE * engines
+    wl = make_workload("bucket_mix", num_requests=REQUESTS_PER_SLOT * concurrency, concurrency=concurrency,
+                       seed=RATES_SEED + 1000, output_tokens=args.output_tokens, buckets=RATES_BUCKETS)
+    wl = replace(wl, name="capacity")
+    print(f"measuring the capacity of {label}: closed loop of {concurrency}, {wl.num_requests} requests",
+          file=sys.stderr, flush=True)
+    records = run_config(cfg, [wl], slo, salt_base=10_000)["capacity"]
+    write_run(Path(args.out) / "capacity", f"{label} capacity", records, slo)
+    capacity = steady_capacity(records, concurrency, label)
+    print(capacity.line(), file=sys.stderr, flush=True)
+    return capacity
+
+
+def sweep_rates(args: argparse.Namespace, slo: SloSpec) -> tuple[list[float], dict]:
+    """--rates as given, or with --rates auto --loads' fractions of the measured capacity; and
+    what the summary records about where they came from."""
+    if args.rates != "auto":
+        try:
+            rates = [float(r) for r in args.rates.split(",")]
+        except ValueError:
+            raise ValueError(f"--rates must be 'auto' or numbers separated by commas, got {args.rates!r}") from None
+        if not rates or any(not r > 0 for r in rates):
+            raise ValueError(f"--rates must be > 0, got {args.rates!r}")
+        return rates, {}
+    loads = parse_loads(args.loads)
+    capacity = measure_capacity(args, slo)
+    rates = rates_at(loads, capacity)
+    print("rates: " + ", ".join(f"{load:g} of capacity = {r:g} req/s" for load, r in zip(loads, rates)),
+          file=sys.stderr, flush=True)
+    return rates, {"capacity": capacity.to_dict(), "loads": loads}
+
+
 def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     """One sweep into --out; with --rounds R > 1, R sweeps into --out/round_<k>, pooled
-    (bench/rate_rounds.py)."""
-    rates = [float(r) for r in args.rates.split(",")]
+    (bench/rate_rounds.py). Every round serves the same rates (with --rates auto, from one
+    capacity measurement before the first), so that the rounds pool."""
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    rates, origin = sweep_rates(args, slo)
     if args.rounds == 1:
-        return rates_round(args, slo, rates, Path(args.out))[0]
+        return {**rates_round(args, slo, rates, Path(args.out))[0], **origin}
     rounds = []
     for k in range(args.rounds):
         print(f"round {k + 1} of {args.rounds}", file=sys.stderr, flush=True)
@@ -168,7 +212,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     if can_plot():
         sweep = {s: [(r, pooled["summaries"][s][f"rate={r:g}"]) for r in rates] for s in pooled["summaries"]}
         plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png", title=f"rate sweep, {args.rounds} rounds pooled")
-    return {**pooled, "round_dirs": [f"round_{k}" for k in range(args.rounds)]}
+    return {**pooled, "round_dirs": [f"round_{k}" for k in range(args.rounds)], **origin}
 
 
 def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out: Path, first: int = 0,
@@ -304,7 +348,10 @@ EXPERIMENTS = {"rates": exp_rates, "mixed-batch": exp_mixed_batch, "chunk-sweep"
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--experiment", default="rates", choices=sorted(EXPERIMENTS))
-    ap.add_argument("--rates", default="0.25,0.5,1")
+    ap.add_argument("--rates", default="0.25,0.5,1",
+                    help="rates: req/s separated by commas, or 'auto' for --loads of the measured capacity")
+    ap.add_argument("--loads", default="0.25,0.5,0.75",
+                    help="with --rates auto: fractions of the colocated baseline's measured capacity")
     ap.add_argument("--num-requests", type=int, default=30)
     ap.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS)
     ap.add_argument("--repeats", type=int, default=3, help="mixed-batch and chunk-sweep: batches per system")
@@ -319,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     write_json(out / "summary.json", result)
     table = rows_markdown(result["rows"])
+    if "capacity" in result:
+        table = f"{Capacity(**result['capacity']).line()}; loads {result['loads']}\n\n{table}"
     write_markdown(out / "summary.md", table)
     print(table)
     print(f"\nwrote {out}/summary.json and summary.md")

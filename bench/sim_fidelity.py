@@ -163,7 +163,8 @@ def calibration_from_deployment(dep: Any, request_path: Mapping[str, Any] | None
                                             "r2": probe.r2}
     router_links = [{"prefill_id": m["prefill_id"], "decode_id": m["decode_id"],
                      "alpha_s": m["model"]["alpha_s"], "beta_bytes_per_s": m["model"]["beta_bytes_per_s"],
-                     "engine_overhead_s": m.get("engine_overhead_s")}
+                     "engine_overhead_s": m.get("engine_overhead_s"),
+                     "engine_s_per_byte": m.get("engine_s_per_byte")}
                     for m in (dep.links_at_start or {}).get("models", [])]
     # The router's start-up model (probe line + what vLLM's load path adds) is what transfers
     # take live; the raw probe fit only when the router has none.

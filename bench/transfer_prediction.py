@@ -53,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         start_entry = _entry(dep.links_at_start, pair)
         start = OnlineLinkModel.from_dict(start_entry["model"])
         overhead = start_entry["engine_overhead_s"]
+        per_byte = start_entry.get("engine_s_per_byte") or 0.0
         print(f"link {pair[0]}->{pair[1]}: probe alpha {probe_fit.alpha_s * 1e3:.3f} ms, "
-              f"beta {probe_fit.beta_bytes_per_s / 1e9:.2f} GB/s; engine overhead "
-              f"{(overhead or 0) * 1e3:.2f} ms", flush=True)
+              f"beta {probe_fit.beta_bytes_per_s / 1e9:.2f} GB/s; the engine adds "
+              f"{(overhead or 0) * 1e3:.2f} ms + {per_byte * 2**20 * 1e3:.3f} ms/MiB", flush=True)
         warm = start_entry.get("warmup_transfers", [])
         print("  warm-up transfers (MiB: ms, excess over the probe ms): " + ", ".join(
             f"{b / 2**20:.1f}: {t * 1e3:.2f}, {(t - probe_fit.predict(b)) * 1e3:+.2f}" for b, t in warm),
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"pair": pair, "probe_fit": probe_fit.to_dict(),
-                               "engine_overhead_s": overhead, "summary": summary,
+                               "engine_overhead_s": overhead, "engine_s_per_byte": per_byte,
+                               "summary": summary,
                                "records": records, "telemetry": telemetry}, indent=2))
     print(f"wrote {out}")
     return 0

@@ -18,7 +18,6 @@ import collections
 import logging
 import time
 import uuid
-from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
@@ -37,7 +36,7 @@ from schedulers.step_time import StepTimeModel
 from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
                               WorkerView)
 from transfer.kv_geometry import KVGeometry
-from transfer.link_model import LinkFit, LinkModelRegistry, engine_overhead_s, fit_link
+from transfer.link_model import EngineExcess, LinkFit, LinkModelRegistry, engine_excess, fit_link
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ class Router:
         self.predictor = RoutePredictor(step_model, self.chunk_tokens) if step_model else None
         self.links = LinkModelRegistry()
         self.probe_fits: dict[tuple[str, str], LinkFit] = {}  # the NIXL probe's raw link fits
-        self.engine_overheads: dict[tuple[str, str], float] = {}  # seconds vLLM adds per transfer
+        self.engine_excesses: dict[tuple[str, str], EngineExcess] = {}  # what vLLM adds to the probe's line
         self.warmup_transfers: dict[tuple[str, str], list] = {}  # (bytes, seconds) it was measured on
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
         # its event loop watched from ready() on (loop_stalls.py)
@@ -383,7 +382,9 @@ class Router:
         out = self.links.to_dict()
         for entry in out["models"]:
             pair = (entry["prefill_id"], entry["decode_id"])
-            entry["engine_overhead_s"] = self.engine_overheads.get(pair)
+            excess = self.engine_excesses.get(pair)
+            entry["engine_overhead_s"] = None if excess is None else excess.overhead_s
+            entry["engine_s_per_byte"] = None if excess is None else excess.s_per_byte
             entry["warmup_transfers"] = self.warmup_transfers.get(pair, [])
         return out
 
@@ -497,14 +498,15 @@ class Router:
                 self.warmup_transfers[(p, d)] = [list(x) for x in samples]
                 fit = self.probe_fits.get((p, d))
                 if fit is not None:
-                    # Probed: the probe gives the link's bandwidth over the whole size range;
+                    # Probed: the probe gives the link's shape over the whole size range;
                     # the real transfers add what the engine's load path costs on top of it.
-                    overhead = engine_overhead_s(fit, samples)
-                    self.engine_overheads[(p, d)] = overhead
-                    self.links.seed(p, d, replace(fit, alpha_s=fit.alpha_s + overhead))
-                    logger.info("link %s->%s: engine adds %.2f ms per transfer to the probe's "
-                                "%.3f ms + bytes / %.2f GB/s", p, d, overhead * 1e3,
-                                fit.alpha_s * 1e3, fit.beta_bytes_per_s / 1e9)
+                    excess = engine_excess(fit, samples)
+                    self.engine_excesses[(p, d)] = excess
+                    self.links.seed(p, d, excess.on(fit))
+                    logger.info("link %s->%s: engine adds %.2f ms + %.3f ms/MiB per transfer to the "
+                                "probe's %.3f ms + bytes / %.2f GB/s", p, d, excess.overhead_s * 1e3,
+                                excess.s_per_byte * 2**20 * 1e3, fit.alpha_s * 1e3,
+                                fit.beta_bytes_per_s / 1e9)
                 else:
                     self.links.seed(p, d, _fit_or_bound(samples))
         self.counters.clear()

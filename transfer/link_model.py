@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
 logger = logging.getLogger(__name__)
@@ -152,22 +152,51 @@ def fit_link(samples: list[tuple[int, float]], weighting: str = "relative") -> L
                    _r2(medians, alpha_s, seconds_per_byte), len(samples))
 
 
-def engine_overhead_s(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> float:
-    """What the engine's own load path adds to each transfer, beyond the link the probe timed.
+@dataclass(frozen=True)
+class EngineExcess:
+    """What the engine's own load path adds to each transfer, beyond the link the probe timed:
+    `overhead_s + num_bytes * s_per_byte`, both >= 0."""
 
-    Real vLLM transfers take longer than the probe's line says: 2-4 ms more on this CPU host.
-    On CPU the READ completes inside NIXL's post call: vLLM's telemetry gives a post time equal
-    to the whole transfer time for every transfer (`bench.transfer_prediction` reports it).
-    So the extra is spent inside the engine's post (vLLM coalesces a fresh request's blocks
-    into one descriptor per layer), not waiting for the engine's next check. It is about the
-    same at 6 and 16 MiB, a cost per transfer rather than a slower copy: hence an additive
-    overhead. Where inside the post it goes is not known yet.
-    The median over a few real transfers of `measured - fit.predict(bytes)`, never negative.
+    overhead_s: float
+    s_per_byte: float = 0.0
+
+    def predict(self, num_bytes: float) -> float:
+        return self.overhead_s + num_bytes * self.s_per_byte
+
+    def on(self, fit: LinkFit) -> LinkFit:
+        """The probe's line with this excess added: the link as the engine's transfers see it."""
+        return replace(fit, alpha_s=fit.alpha_s + self.overhead_s,
+                       beta_bytes_per_s=1.0 / (1.0 / fit.beta_bytes_per_s + self.s_per_byte))
+
+
+def engine_excess(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> EngineExcess:
+    """The engine's excess over the probe's line, fitted to a few real vLLM transfers.
+
+    Real vLLM transfers take longer than the probe's line says. On CPU the READ completes inside
+    NIXL's post call: vLLM's telemetry gives a post time equal to the whole transfer time for
+    every transfer (`bench.transfer_prediction` reports it). So the extra is spent inside the
+    engine's post (vLLM coalesces a fresh request's blocks into one descriptor per layer), not
+    waiting for the engine's next check. How it grows with size depends on the host:
+    - run 30's Intel host: 2-4 ms at 6 and 16 MiB alike, a cost per transfer;
+    - run 33's AVX2-only AMD host: 1.9 ms at 2.1 MiB, 4.0 ms at 8.1 MiB and ~11 ms at 15.6 MiB
+      (median excesses): the engine's copy ran at about half the probe's bandwidth. A constant
+      fitted to the small transfers predicted 4,000-token transfers 41% low, and failed CI.
+    Hence a line: the median excess of every size measured at least twice (a size seen once
+    cannot be told from a stall; the first transfer after a handshake is often one), and the
+    line through those medians. A falling line is noise: then, as with fewer than two repeated
+    sizes, the excess is the median over all transfers, per transfer. Never negative.
     """
-    excess = [t - fit.predict(b) for b, t in real_transfers]
+    excess: dict[int, list[float]] = {}
+    for b, t in real_transfers:
+        excess.setdefault(int(b), []).append(t - fit.predict(b))
     if not excess:
-        raise ValueError("engine_overhead_s needs at least one real transfer")
-    return max(0.0, statistics.median(excess))
+        raise ValueError("engine_excess needs at least one real transfer")
+    medians = [(float(b), statistics.median(e)) for b, e in sorted(excess.items()) if len(e) >= 2]
+    if len(medians) >= 2:
+        intercept, slope = _weighted_line([(b, e, 1.0) for b, e in medians])  # intercept >= 0
+        if slope > 0:
+            return EngineExcess(intercept, slope)
+    return EngineExcess(max(0.0, statistics.median(e for es in excess.values() for e in es)))
 
 
 @dataclass

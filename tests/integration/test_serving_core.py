@@ -24,7 +24,7 @@ from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
 from schedulers.candidates import DECODE_ROLES
 from transfer.kv_geometry import KVGeometry
-from transfer.link_model import OnlineLinkModel, engine_overhead_s
+from transfer.link_model import OnlineLinkModel, engine_excess
 
 from .conftest import BAD_INPUTS, distinct_prompt
 
@@ -70,7 +70,7 @@ def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
 
 @pytest.mark.parametrize("num_tokens", [1500, 4000])
 def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
-    """The model deploy() ends with (NIXL probe sweep + the engine overhead from the warm-up
+    """The model deploy() ends with (NIXL probe sweep + the engine's excess from the warm-up
     transfers), before any user request refined it, against five real transfers of each size."""
     start = next(m for m in hybrid.links_at_start["models"]
                  if (m["prefill_id"], m["decode_id"]) == ("prefill-0", "both-0"))
@@ -79,7 +79,9 @@ def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
     warm = start["warmup_transfers"]
     assert len(warm) == len(WARMUP_TRANSFER_BLOCKS) - 1 and all(b > 0 and t > 0 for b, t in warm)
     probe = next(p.fit for p in hybrid.link_probes if (p.prefill_id, p.decode_id) == ("prefill-0", "both-0"))
-    assert start["engine_overhead_s"] == pytest.approx(engine_overhead_s(probe, warm))
+    excess = engine_excess(probe, warm)
+    assert (start["engine_overhead_s"], start["engine_s_per_byte"]) == pytest.approx(
+        (excess.overhead_s, excess.s_per_byte))
     model = OnlineLinkModel.from_dict(start["model"])
     ratios, pairs = [], []
     for k in range(5):
@@ -90,11 +92,13 @@ def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
         pairs.append((round(r.kv_transfer_s * 1e3, 2), round(predicted * 1e3, 2)))
         ratios.append(predicted / r.kv_transfer_s)
     # The issue's target is 30%, measured by `python -m bench.transfer_prediction`. Here the test
-    # guards the model's shape: the probe alone predicts 3-5x too little (0.2-0.35 of the real
+    # guards the model's shape: the probe alone predicts 2-5x too little (0.2-0.5 of the real
     # time). Real transfers on this shared 2-core machine swing 2x between identical requests,
-    # and the nine warm-up transfers the overhead comes from swing with them, in either
+    # and the nine warm-up transfers the excess comes from swing with them, in either
     # direction: start-up models measured 0.6x (36% low) and, in one CI run, 1.8x (79% high) on
-    # the test's transfers. Hence a bound that is symmetric, a factor of 2 either way.
+    # the test's transfers. Hence a bound that is symmetric, a factor of 2 either way. A constant
+    # excess failed it once at 4,000 tokens (0.48x) on a host whose engine copies at half the
+    # probe's bandwidth: the excess grows with size there (`engine_excess`).
     assert 0.5 <= statistics.median(ratios) <= 2.0, ("(actual ms, predicted ms)", pairs, start)
 
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from transfer.link_model import (LinkFit, LinkModelRegistry, OnlineLinkModel, engine_overhead_s,
+from transfer.link_model import (EngineExcess, LinkFit, LinkModelRegistry, OnlineLinkModel, engine_excess,
                                  fit_link)
 
 ALPHA_S = 50e-6          # 50 us fixed cost per transfer
@@ -126,11 +126,33 @@ def test_registry_seeds_from_probe_json_and_observes_per_pair():
     assert again.predict("p0", "d0", 3 << 20) == pytest.approx(registry.predict("p0", "d0", 3 << 20))
 
 
-def test_engine_overhead_is_the_median_excess_over_the_probe_and_never_negative():
+def test_engine_excess_is_the_median_excess_per_transfer_where_it_does_not_grow_with_size():
     fit = LinkFit(alpha_s=20e-6, beta_bytes_per_s=5e9)
     real = [(n, fit.predict(n) + 2e-3 + jitter) for n, jitter in
             [(1 << 20, 0.0), (4 << 20, 3e-4), (16 << 20, -2e-4), (8 << 20, 9e-3)]]  # one stall
-    assert engine_overhead_s(fit, real) == pytest.approx(2e-3 + 1.5e-4)
-    assert engine_overhead_s(fit, [(1 << 20, fit.predict(1 << 20) / 2)]) == 0.0
+    assert engine_excess(fit, real) == EngineExcess(pytest.approx(2e-3 + 1.5e-4), 0.0)
+    assert engine_excess(fit, [(1 << 20, fit.predict(1 << 20) / 2)]) == EngineExcess(0.0, 0.0)
+    # Two repeated sizes whose excess falls with size: noise, so the median per transfer.
+    falling = [(2 << 20, fit.predict(2 << 20) + e) for e in (3e-3, 3e-3)] + \
+              [(8 << 20, fit.predict(8 << 20) + e) for e in (1e-3, 1e-3)]
+    assert engine_excess(fit, falling) == EngineExcess(pytest.approx(2e-3), 0.0)
     with pytest.raises(ValueError):
-        engine_overhead_s(fit, [])
+        engine_excess(fit, [])
+
+
+def test_engine_excess_grows_with_size_where_the_engine_copies_slower_than_the_probe():
+    """Run 33's host: ~1.9 ms over the probe at 2.1 MiB, ~4 ms at 8.1 MiB; the one transfer right
+    after the handshake (a size seen once) is slow and must not tilt the line."""
+    fit = LinkFit(alpha_s=88e-6, beta_bytes_per_s=1.75e9)
+    per_byte = 2.1e-3 / (6 << 20)
+    truth = EngineExcess(overhead_s=1.2e-3, s_per_byte=per_byte)
+    real = [(400 << 10, fit.predict(400 << 10) + 5.2e-3)]  # once: the first after the handshake
+    for jitter in (-3e-4, 1e-4, 2e-4, 5e-3):  # one stall per size
+        for b in (2 << 20, 8 << 20):
+            real.append((b, fit.predict(b) + truth.predict(b) + jitter))
+    excess = engine_excess(fit, real)
+    assert excess.overhead_s == pytest.approx(truth.overhead_s + 1.5e-4)
+    assert excess.s_per_byte == pytest.approx(per_byte)
+    # On the probe's line it is the link the engine's transfers see, at every size.
+    for b in (1 << 20, int(15.6 * 2**20), 64 << 20):
+        assert excess.on(fit).predict(b) == pytest.approx(fit.predict(b) + excess.predict(b))
