@@ -1,6 +1,7 @@
-"""How well the link model predicts real vLLM KV transfers: the probe alone, the start-up model
-(probe + the engine overhead the warm-up transfers measured), and the online model after it has
-seen the transfers so far.
+"""How well the link model predicts real vLLM KV transfers: the probe alone, the probe plus the
+warm-up transfers' median excess ("constant", the start-up model before run 33), the start-up
+model (the probe plus the line `engine_excess` fits to the warm-ups' excess), and the online
+model after it has seen the transfers so far.
 
 `python -m bench.transfer_prediction [--config configs/hybrid.yaml] [--runs 5] [--json PATH]`
 Sizes are interleaved (1,500, 4,000, 1,500, ...) on fresh prompts so both see the same machine;
@@ -20,9 +21,16 @@ from pathlib import Path
 
 from pd_serve.prompts import random_prompt
 from pd_serve.report import format_table
-from transfer.link_model import LinkFit, OnlineLinkModel
+from transfer.link_model import EngineExcess, LinkFit, OnlineLinkModel
 
-MODELS = ("probe", "start-up", "online")
+MODELS = ("probe", "constant", "start-up", "online")
+
+
+def constant_excess_fit(probe_fit: LinkFit, warm: list) -> LinkFit:
+    """The start-up model before run 33: the probe's line plus the warm-ups' median excess, the
+    same at every size. Kept beside `engine_excess`'s line to compare the two on one run."""
+    excess = statistics.median(t - probe_fit.predict(b) for b, t in warm)
+    return EngineExcess(max(0.0, excess)).on(probe_fit)
 
 
 def _entry(links: dict, pair: tuple[str, str]) -> dict:
@@ -61,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  warm-up transfers (MiB: ms, excess over the probe ms): " + ", ".join(
             f"{b / 2**20:.1f}: {t * 1e3:.2f}, {(t - probe_fit.predict(b)) * 1e3:+.2f}" for b, t in warm),
             flush=True)
+        constant = constant_excess_fit(probe_fit, warm)
         records = []
         t_first = time.time()
         for k in range(args.runs):
@@ -73,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise RuntimeError(f"request of {n} tokens made no measured transfer: {r}")
                 b = r.kv_transfer_bytes
                 records.append({"tokens": n, "bytes": b, "actual_s": r.kv_transfer_s,
-                                "probe_s": probe_fit.predict(b), "start-up_s": start.predict(b),
+                                "probe_s": probe_fit.predict(b), "constant_s": constant.predict(b),
+                                "start-up_s": start.predict(b),
                                 "online_s": online.predict(b)})
                 print(f"  {n:>6} tokens {b / 2**20:6.1f} MiB: actual {r.kv_transfer_s * 1e3:6.2f} ms, "
                       + ", ".join(f"{m} {records[-1][m + '_s'] * 1e3:6.2f}" for m in MODELS), flush=True)
