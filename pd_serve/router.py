@@ -47,11 +47,21 @@ LOAD_POLL_INTERVAL_S = 0.25
 # (Both times are wall clocks; across nodes they differ by the clocks' skew, far below this.)
 LATE_START_S = 0.1
 # Blocks per warm-up transfer of each pair: the first pays the NIXL handshake; the rest measure
-# what vLLM's load path adds to the probed link. Nine of them: identical transfers swing 4x on a
-# busy CPU host, and with five one run's median excess came out 5.5 ms where 2.4-4 ms is usual.
-WARMUP_TRANSFER_BLOCKS = (2, 2, 16, 64, 16, 64, 16, 64, 16, 64)
+# what vLLM's load path adds to the probed link (`engine_excess`), at a small size and at a long
+# prompt's, three times each: identical transfers swing 4x on a busy CPU host. The long size
+# (128 blocks: 4,096 tokens at block size 32) spans the prompts served: on run 32's machine the
+# excess grew faster past 8 MiB than below, and a line fitted to 2 and 8 MiB transfers predicted
+# 15.6 MiB ones at half their time. Capped by the engines' max_model_len (`warmup_blocks`).
+WARMUP_TRANSFER_BLOCKS = (2, 2, 16, 128, 16, 128, 16, 128)
 PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                      "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+def warmup_blocks(max_model_len: int, block_size: int) -> list[int]:
+    """WARMUP_TRANSFER_BLOCKS, each capped so that its prompt (blocks * block_size + 1 tokens)
+    and the one token it generates fit in `max_model_len`."""
+    cap = max(1, (max_model_len - 2) // block_size)
+    return [min(n, cap) for n in WARMUP_TRANSFER_BLOCKS]
 
 
 def _fit_or_bound(samples: list[tuple[int, float]]) -> LinkFit:
@@ -488,7 +498,8 @@ class Router:
                 samples = []
                 # The first transfer pays the handshake; the next ones are real vLLM transfers
                 # of several sizes, refined later by every request.
-                for k, num_blocks in enumerate(WARMUP_TRANSFER_BLOCKS):
+                max_len = min(self.infos[p].max_model_len, self.infos[d].max_model_len)
+                for k, num_blocks in enumerate(warmup_blocks(max_len, block)):
                     salt = 10 * len(out) + k  # distinct prompts: no prefix-cache hit on either side
                     num_bytes, seconds = await self._warm_transfer(p, d, num_blocks * block + 1, salt)
                     if k == 0:

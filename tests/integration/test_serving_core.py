@@ -71,7 +71,7 @@ def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
 @pytest.mark.parametrize("num_tokens", [1500, 4000])
 def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
     """The model deploy() ends with (NIXL probe sweep + the engine's excess from the warm-up
-    transfers), before any user request refined it, against five real transfers of each size."""
+    transfers), before any user request refined it, against seven real transfers of each size."""
     start = next(m for m in hybrid.links_at_start["models"]
                  if (m["prefill_id"], m["decode_id"]) == ("prefill-0", "both-0"))
     assert start["engine_overhead_s"] is not None  # the probe ran and the warm-up measured it
@@ -84,7 +84,7 @@ def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
         (excess.overhead_s, excess.s_per_byte))
     model = OnlineLinkModel.from_dict(start["model"])
     ratios, pairs = [], []
-    for k in range(5):
+    for k in range(7):
         r = hybrid.generate(prompt_token_ids=distinct_prompt(num_tokens, 9000 + 10 * num_tokens + k),
                             max_tokens=2, route="disaggregated")
         assert r.route == "disaggregated" and r.kv_transfer_bytes > 0 and r.kv_transfer_s
@@ -92,14 +92,18 @@ def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
         pairs.append((round(r.kv_transfer_s * 1e3, 2), round(predicted * 1e3, 2)))
         ratios.append(predicted / r.kv_transfer_s)
     # The issue's target is 30%, measured by `python -m bench.transfer_prediction`. Here the test
-    # guards the model's shape: the probe alone predicts 2-5x too little (0.2-0.5 of the real
-    # time). Real transfers on this shared 2-core machine swing 2x between identical requests,
-    # and the nine warm-up transfers the excess comes from swing with them, in either
-    # direction: start-up models measured 0.6x (36% low) and, in one CI run, 1.8x (79% high) on
-    # the test's transfers. Hence a bound that is symmetric, a factor of 2 either way. A constant
-    # excess failed it once at 4,000 tokens (0.48x) on a host whose engine copies at half the
-    # probe's bandwidth: the excess grows with size there (`engine_excess`).
-    assert 0.5 <= statistics.median(ratios) <= 2.0, ("(actual ms, predicted ms)", pairs, start)
+    # guards the model's shape: the probe alone predicted 0.27-0.36 of the median real time in
+    # runs F and G (README), 0.2-0.35 before. Identical transfers swing 2-4x on these shared
+    # 2-core machines: in one deployment on the AVX2-only AMD one, 1,500-token transfers took
+    # 3.0-12.9 ms (median 6.5) and 4,000-token ones 11.5-22.4 ms, consecutive or interleaved. The
+    # warm-ups the excess comes from swing with them, in either direction. A factor of 2 failed
+    # three times, once in CI: at 4,000 tokens with a constant excess (0.48x), then with a line
+    # at 4,000 tokens (0.50x, warm-ups up to 8 MiB) and at 1,500 tokens (2.04x: four of five
+    # transfers took 3-4.5 ms). Hence seven transfers and a factor of 2.5 either way, which the
+    # probe alone would still fail on those runs' figures.
+    assert 0.4 <= statistics.median(ratios) <= 2.5, (
+        "(actual ms, predicted ms)", pairs, "warm-ups (MiB, ms)", [(round(b / 2**20, 1), round(t * 1e3, 2)) for b, t in warm],
+        "excess (ms, ms/MiB)", (round(excess.overhead_s * 1e3, 2), round(excess.s_per_byte * 2**20 * 1e3, 3)))
 
 
 @pytest.mark.parametrize("num_tokens", [10, 1500, 4000])
@@ -238,11 +242,14 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     """What the simulator's load form gets (bench.host_load): the probe's TTFT with nothing else
     running and beside 1, 2 and 4 streams per decode-capable engine; afterwards every background
     stream has ended, on the router and in the engines."""
-    stretch = measure_load_stretch(hybrid, repeats=2)
+    # Three probes per count: the factor is their median, so one probe caught in a host stall
+    # (this VM's worker processes sleep 1-33 s at times, README) cannot carry it. With two, one
+    # such probe made a factor of 12.8 (the bound is 10).
+    stretch = measure_load_stretch(hybrid, repeats=3)
     engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
     assert [n for n, _ in stretch.points] == [k * engines for k in STREAMS_PER_ENGINE]
     assert sorted(stretch.samples) == [0] + [k * engines for k in STREAMS_PER_ENGINE]
-    assert all(len(v) == 2 and min(v) > 0 for v in stretch.samples.values()), stretch.samples
+    assert all(len(v) == 3 and min(v) > 0 for v in stretch.samples.values()), stretch.samples
     factors = [f for _, f in stretch.points]
     assert factors == sorted(factors) and all(0 < f < 10 for f in factors), stretch.points
     # The probe sent to the prefill-only engine (bench.sim_fidelity measures it there too).

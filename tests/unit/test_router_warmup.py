@@ -1,0 +1,25 @@
+"""The warm-up transfers' sizes: a small one and a long prompt's, each fitting the engines."""
+from __future__ import annotations
+
+from pd_serve.router import WARMUP_TRANSFER_BLOCKS, warmup_blocks
+from transfer.link_model import LinkFit, engine_excess
+
+
+def test_warmups_repeat_two_sizes_so_that_engine_excess_fits_a_line():
+    blocks = warmup_blocks(8192, 32)
+    assert blocks == list(WARMUP_TRANSFER_BLOCKS)
+    repeated = {n for n in blocks[1:] if blocks[1:].count(n) >= 2}  # the first pays the handshake
+    assert len(repeated) >= 2 and max(repeated) * 32 >= 4000  # spans a 4,000-token prompt
+    # What engine_excess makes of transfers of those sizes whose excess grows with size.
+    fit = LinkFit(alpha_s=50e-6, beta_bytes_per_s=2e9)
+    real = [(n * 131072, fit.predict(n * 131072) + 1e-3 + n * 5e-5) for n in blocks[1:]]
+    excess = engine_excess(fit, real)
+    assert excess.s_per_byte > 0 and excess.predict(125 * 131072) > excess.predict(16 * 131072)
+
+
+def test_warmups_fit_a_short_max_model_len():
+    for max_len, block in [(2048, 32), (512, 16), (40, 32), (16, 16)]:
+        blocks = warmup_blocks(max_len, block)
+        assert len(blocks) == len(WARMUP_TRANSFER_BLOCKS) and min(blocks) >= 1
+        assert all(n * block + 2 <= max_len for n in blocks) or max_len < block + 2, (max_len, blocks)
+    assert max(warmup_blocks(2048, 32)) == 63
