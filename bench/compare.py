@@ -39,6 +39,7 @@ from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, p
                            summarize, write_json, write_markdown)
 from bench.rate_rounds import comparison_rows, pool_rounds, rotated
 from bench.run import run_workload, write_run
+from bench.simulate import parse_rates
 from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
 from pd_serve.gc_pauses import GcPauses
 
@@ -177,12 +178,9 @@ def sweep_rates(args: argparse.Namespace, slo: SloSpec) -> tuple[list[float], di
     what the summary records about where they came from."""
     if args.rates != "auto":
         try:
-            rates = [float(r) for r in args.rates.split(",")]
-        except ValueError:
-            raise ValueError(f"--rates must be 'auto' or numbers separated by commas, got {args.rates!r}") from None
-        if not rates or any(not r > 0 for r in rates):
-            raise ValueError(f"--rates must be > 0, got {args.rates!r}")
-        return rates, {}
+            return parse_rates(args.rates), {}
+        except ValueError as err:
+            raise ValueError(f"--rates must be 'auto' or rates > 0 separated by commas: {err}") from None
     loads = parse_loads(args.loads)
     capacity = measure_capacity(args, slo)
     rates = rates_at(loads, capacity)

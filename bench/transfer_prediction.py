@@ -21,16 +21,9 @@ from pathlib import Path
 
 from pd_serve.prompts import random_prompt
 from pd_serve.report import format_table
-from transfer.link_model import EngineExcess, LinkFit, OnlineLinkModel
+from transfer.link_model import LinkFit, OnlineLinkModel, constant_excess
 
 MODELS = ("probe", "constant", "start-up", "online")
-
-
-def constant_excess_fit(probe_fit: LinkFit, warm: list) -> LinkFit:
-    """The start-up model before run 33: the probe's line plus the warm-ups' median excess, the
-    same at every size. Kept beside `engine_excess`'s line to compare the two on one run."""
-    excess = statistics.median(t - probe_fit.predict(b) for b, t in warm)
-    return EngineExcess(max(0.0, excess)).on(probe_fit)
 
 
 def _entry(links: dict, pair: tuple[str, str]) -> dict:
@@ -69,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         print("  warm-up transfers (MiB: ms, excess over the probe ms): " + ", ".join(
             f"{b / 2**20:.1f}: {t * 1e3:.2f}, {(t - probe_fit.predict(b)) * 1e3:+.2f}" for b, t in warm),
             flush=True)
-        constant = constant_excess_fit(probe_fit, warm)
+        # The start-up model before run 33, kept beside the line to compare the two on one run.
+        constant = constant_excess(probe_fit, warm).on(probe_fit)
         records = []
         t_first = time.time()
         for k in range(args.runs):

@@ -178,14 +178,16 @@ def engine_excess(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> 
     engine's post (vLLM coalesces a fresh request's blocks into one descriptor per layer), not
     waiting for the engine's next check. How it grows with size depends on the host:
     - run 30's Intel host: 2-4 ms at 6 and 16 MiB alike, a cost per transfer;
-    - run 33's AVX2-only AMD host: 1.9 ms at 2.1 MiB, 4.0 ms at 8.1 MiB and ~11 ms at 15.6 MiB
-      (median excesses): the engine's copy ran at about half the probe's bandwidth. A constant
-      fitted to the small transfers predicted 4,000-token transfers 41% low, and failed CI.
+    - run 33's AVX2-only AMD host: 1.9-2.4 ms at 2.1 MiB, 4.0 ms at 8.1 MiB and 11-19 ms at
+      15.6 MiB (median excesses): the engine's copy ran at a quarter to a half of the probe's
+      bandwidth. A constant fitted to the small transfers predicted 4,000-token transfers 41%
+      low, and failed CI (the router's warm-ups now reach 16 MiB: WARMUP_TRANSFER_BLOCKS).
     Hence a line: the median excess of every size measured at least twice (a size seen once
     cannot be told from a stall; the first transfer after a handshake is often one), and the
     line through those medians. A falling line is noise: then, as with fewer than two repeated
-    sizes, the excess is the median over all transfers, per transfer. Never negative.
+    sizes, the excess is `constant_excess`. Never negative.
     """
+    real_transfers = list(real_transfers)  # read twice: per size here, all at once below
     excess: dict[int, list[float]] = {}
     for b, t in real_transfers:
         excess.setdefault(int(b), []).append(t - fit.predict(b))
@@ -196,7 +198,16 @@ def engine_excess(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> 
         intercept, slope = _weighted_line([(b, e, 1.0) for b, e in medians])  # intercept >= 0
         if slope > 0:
             return EngineExcess(intercept, slope)
-    return EngineExcess(max(0.0, statistics.median(e for es in excess.values() for e in es)))
+    return constant_excess(fit, real_transfers)
+
+
+def constant_excess(fit: LinkFit, real_transfers: Iterable[tuple[int, float]]) -> EngineExcess:
+    """The median excess over the probe's line, the same at every size, never negative: the
+    start-up model's excess until run 33, and `engine_excess`'s where no line can be fitted."""
+    excess = [t - fit.predict(b) for b, t in real_transfers]
+    if not excess:
+        raise ValueError("constant_excess needs at least one real transfer")
+    return EngineExcess(max(0.0, statistics.median(excess)))
 
 
 @dataclass
