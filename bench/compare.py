@@ -109,6 +109,13 @@ def process_reports(dep: Any, client: GcPauses) -> tuple[dict[str, dict], dict[s
     return gc, loop
 
 
+def write_predictions(dep: Any, path: Path) -> None:
+    """The router's log of every request it predicted (for `bench.prediction_split`)."""
+    import ray
+
+    write_json(path, ray.get(dep.router.prediction_errors.remote()))
+
+
 def loop_line(report: dict[str, dict]) -> str:
     """Each process's stall count and longest stall, and the OS's word for its kept stalls
     (pd_serve/os_clocks.py: 'no cpu', 'steal', 'ran', 'other thread', 'page faults', 'asleep'), on one line."""
@@ -239,6 +246,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
 
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
             client.uninstall()
+            write_predictions(dep, out / label / "predictions.json")
             gc_pauses[label], loop_stalls[label] = process_reports(dep, client)
             print(f"    longest GC pause: {gc_line(gc_pauses[label])}", file=sys.stderr, flush=True)
             print(f"    event-loop stalls: {loop_line(loop_stalls[label])}", file=sys.stderr, flush=True)

@@ -57,6 +57,7 @@ class RequestRecord:
     error: str | None = None
     prefill_worker: str | None = None
     decode_worker: str | None = None
+    served_id: str | None = None  # the server's id for it: joins the router's prediction log
 
     @property
     def ttft_s(self) -> float | None:

@@ -18,7 +18,8 @@ def _fake_stream(**kw):
         raise RuntimeError("worker down")
     yield {"type": "result", "result": SimpleNamespace(
         route="disaggregated", kv_transfer_bytes=4096, kv_transfer_s=0.001, predicted_ttft_s=0.01,
-        prefill_worker="p", decode_worker="d", token_ids=list(range(n)))}
+        prefill_worker="p", decode_worker="d", token_ids=list(range(n)),
+        request_id=f"served-{kw['prompt_token_ids'][0]}")}
 
 
 def test_prompts_are_distinct_and_reproducible():
@@ -36,6 +37,7 @@ def test_open_loop_records_every_token_and_the_result():
         assert len(r.token_times) == 4 and r.first_token_s == r.token_times[0]
         assert r.ttft_s >= 0.002 and len(r.itl_s) == 3 and r.route == "disaggregated"
         assert r.kv_transfer_bytes == 4096 and r.predicted_ttft_s == 0.01
+        assert r.served_id.startswith("served-")  # joins the router's prediction log
 
 
 def test_a_failed_request_is_recorded_not_dropped():
