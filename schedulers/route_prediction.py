@@ -12,12 +12,16 @@ running on W, each assumed at `decode_context_tokens` of context):
 
 Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples the first token)
                                   + path_s
-Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s
+Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s + kv_load_s
                                   + decode_wait_s + first_step_s(D) + path_s
     transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
+    kv_load_s    = KV_LOAD_STEPS steps of D with its decodes alone (0 when none run): vLLM's
+                   decode side posts the KV read in the first step after the request reaches it,
+                   learns the read is done only from a step's output, and computes the last
+                   prompt token in the step after that (below).
     first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
                    decode side recomputes it) and samples the first token, beside D's decodes
-    decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s)): vLLM runs
+    decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s + kv_load_s)): vLLM runs
                    the prompts D is already prefilling first, with its whole token budget, so the
                    loaded request starts only once they are done.
                    Prompts reaching D after this decision, which vLLM also runs first, are not
@@ -36,6 +40,16 @@ from dataclasses import dataclass
 from schedulers.step_time import StepTimeModel
 from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED, LinkEstimate,
                               RequestInfo, WorkerView)
+
+# Steps of the decode worker between a shipped-in request reaching it and the step that computes
+# its last prompt token: half the step it is in when the request comes (on average), the step
+# that posts the KV read, and one more, since vLLM's scheduler learns a read finished only from
+# a step's output, and (measured here, NIXL over UCX on host memory, where a read progresses when
+# it is polled) from the output of the first step that starts after it finished. Measured on the
+# hybrid deployment (2026-12-02, 300-token prompts, 8 per load): D's own TTFT was 36-49 ms idle
+# (first step 17-26 ms), 101-270 ms beside 2 streams and 79-167 ms beside 4 (steps 20-60 ms),
+# against 20-59 ms predicted with the first step alone.
+KV_LOAD_STEPS = 2.5
 
 
 @dataclass(frozen=True)
@@ -64,11 +78,12 @@ class RoutePrediction:
     tpot_slo_s: float
     decode_wait_s: float = 0.0  # disaggregated: KV arrived, D still busy with its queued prefills
     path_s: float = 0.0         # outside the engines (measured)
+    kv_load_s: float = 0.0      # disaggregated: D's steps until it schedules the loaded request
 
     @property
     def ttft_s(self) -> float:
-        return (self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.decode_wait_s
-                + self.first_step_s + self.path_s)
+        return (self.prefill.queue_s + self.prefill.prefill_s + self.transfer_s + self.kv_load_s
+                + self.decode_wait_s + self.first_step_s + self.path_s)
 
     @property
     def decoder_engine_s(self) -> float:
@@ -98,6 +113,7 @@ class RoutePrediction:
         values = {"ttft_s": self.ttft_s, "queue_s": self.prefill.queue_s,
                   "prefill_s": self.prefill.prefill_s, "transfer_s": self.transfer_s,
                   "first_step_s": self.first_step_s, "decode_wait_s": self.decode_wait_s,
+                  "kv_load_s": self.kv_load_s,
                   "path_s": self.path_s,
                   "itl_s": self.prefill.itl_s,
                   "extra_itl_s": self.prefill.extra_itl_s,
@@ -154,16 +170,20 @@ class RoutePredictor:
                       part: PrefillPart, link: LinkEstimate, kv_bytes: int,
                       slos: tuple[float, float], path_s: float = 0.0) -> RoutePrediction:
         """`part`: `prefill_on(request, prefill)`; `kv_bytes`: the prompt's KV bytes to ship."""
-        decodes = self.decode_contexts(decode)
+        decodes, speed = self.decode_contexts(decode), decode.speed_factor
         last_token_context = max(0, request.num_prompt_tokens - 1)
-        first_step_s = self.step_model.predict(1, last_token_context, decodes) * decode.speed_factor
-        first_step_engine_s = first_step_s - self.step_model.predict(0, 0, decodes) * decode.speed_factor
+        first_step_s = self.step_model.predict(1, last_token_context, decodes) * speed
+        decode_only_s = self.step_model.predict(0, 0, decodes) * speed
+        first_step_engine_s = first_step_s - decode_only_s
         transfer_s = link.predict_s(kv_bytes)
+        # D steps on with its decodes while the read is posted and polled. An idle D runs empty
+        # steps instead (no forward): a few ms, left out (measured idle: 15-20 ms on this CPU).
+        kv_load_s = KV_LOAD_STEPS * decode_only_s
         # vLLM schedules running requests first: prompts D is already prefilling take its whole
         # token budget until they are done, and the loaded request (waiting) gets no step before.
         d_queue_s = self.queue_s(decode)
-        kv_ready_s = part.queue_s + part.prefill_s + transfer_s
+        kv_ready_s = part.queue_s + part.prefill_s + transfer_s + kv_load_s
         decode_wait_s = max(0.0, d_queue_s - kv_ready_s)
         return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, transfer_s,
                                first_step_s, part.engine_s + first_step_engine_s, *slos,
-                               decode_wait_s=decode_wait_s, path_s=path_s)
+                               decode_wait_s=decode_wait_s, path_s=path_s, kv_load_s=kv_load_s)

@@ -12,7 +12,11 @@ Each step (`schedule`), with a budget of `max_num_batched_tokens` tokens:
    running slot (`max_num_seqs`) and blocks above the watermark last. Without chunked prefill a
    prompt waits until it fits the budget whole. A request whose KV comes from a prefill worker
    is given its blocks here and its transfer starts (`LOADING_REMOTE_KV`); it is skipped until
-   the KV has arrived, then computes its last prompt token.
+   the engine knows its KV has arrived, then computes its last prompt token. vLLM's scheduler
+   learns a read finished from a step's output, and (measured live, NIXL over UCX on host
+   memory) from that of the first step that starts after it finished: so an arrived KV counts
+   at the end of the next step to start. An engine with nothing else to run polls in empty
+   steps, taken here as instant (see `schedulers.route_prediction.KV_LOAD_STEPS`).
 
 `complete` applies a finished step: computed tokens advance, and a request whose computed
 tokens reach its tokens samples one. The step's time comes from `StepCost`.
@@ -71,6 +75,9 @@ class SimWorker:
         self.num_preemptions = 0
         self.busy_s = 0.0
         self._next_admission = 0
+        # Loading requests whose KV is in, until a step starts; then until that step ends.
+        self._kv_arrived: list[EngineRequest] = []
+        self._kv_seen: list[EngineRequest] = []
 
     @property
     def worker_id(self) -> str:
@@ -88,6 +95,8 @@ class SimWorker:
 
     def schedule(self) -> StepPlan:
         """Plan the next step (see the module docstring); an empty plan means nothing to run."""
+        if self._kv_arrived and not self._has_work():
+            self._promote(self._kv_arrived)  # an idle engine's empty steps see it at once
         plan = StepPlan()
         budget = self._schedule_running(plan, self.engine.max_num_batched_tokens)
         if not plan.num_preempted:
@@ -97,6 +106,11 @@ class SimWorker:
             plan.decodes = [r.num_computed_tokens for r, n in plan.num_new_tokens.items() if n == 1]
             plan.duration_s = self.cost.step_s(plan.chunks, plan.decodes)
         return plan
+
+    def _has_work(self) -> bool:
+        """Whether a step now would compute anything (a running request, or a waiting one not
+        loading its KV)."""
+        return bool(self.running) or any(r.phase != Phase.LOADING_REMOTE_KV for r in self.waiting)
 
     def _schedule_running(self, plan: StepPlan, budget: int) -> int:
         order = [r for r in self.running if r.is_decoding] + [r for r in self.running if not r.is_decoding]
@@ -191,6 +205,7 @@ class SimWorker:
 
     def start(self, plan: StepPlan) -> None:
         self.current = plan
+        self._kv_seen, self._kv_arrived = self._kv_seen + self._kv_arrived, []
         self.num_steps += 1
         self.busy_s += plan.duration_s
 
@@ -216,14 +231,22 @@ class SimWorker:
                 outcomes.append((FINISHED, request))
             else:
                 outcomes.append((TOKEN, request))
+        self._promote(self._kv_seen)  # this step's output reports those reads done
         return outcomes
 
     def kv_loaded(self, request: EngineRequest) -> None:
-        """The remote KV arrived: all prompt tokens but the last count as computed."""
+        """The remote KV arrived; the engine learns it at the end of the next step to start."""
         assert request.phase == Phase.LOADING_REMOTE_KV
-        request.phase = Phase.WAITING
-        request.needs_remote_kv = False
-        request.num_computed_tokens = request.num_prompt_tokens - 1
+        self._kv_arrived.append(request)
+
+    def _promote(self, requests: list[EngineRequest]) -> None:
+        """The engine knows these KV reads are done: all prompt tokens but the last count as
+        computed, and the request is schedulable. Empties `requests`."""
+        for request in requests:
+            request.phase = Phase.WAITING
+            request.needs_remote_kv = False
+            request.num_computed_tokens = request.num_prompt_tokens - 1
+        requests.clear()
 
     def release_held(self, request: EngineRequest) -> None:
         """The decode worker has read a prefill-only request's KV: free its blocks."""

@@ -155,6 +155,39 @@ def test_complete_reports_tokens_and_the_finish():
     assert outcomes == [TOKEN, FINISHED]
 
 
+def test_a_loaded_kv_counts_at_the_end_of_the_next_step_to_start():
+    # vLLM learns a finished read from the output of the first step that starts after it.
+    w = worker()
+    decoding = EngineRequest(None, 10, 50)
+    w.add(decoding)
+    w.start(w.schedule())
+    w.complete()  # decoding now decodes
+    loaded = EngineRequest(None, 300, 4, needs_remote_kv=True)
+    w.add(loaded)
+    step_k = w.schedule()
+    assert step_k.loads_started == [loaded] and loaded not in step_k.num_new_tokens
+    w.start(step_k)
+    w.kv_loaded(loaded)  # the bytes are in during step k, which started before
+    w.complete()
+    assert loaded.phase == Phase.LOADING_REMOTE_KV
+    step_k1 = w.schedule()
+    assert loaded not in step_k1.num_new_tokens
+    w.start(step_k1)
+    w.complete()  # step k+1's output reports the read done
+    step_k2 = w.schedule()
+    assert step_k2.num_new_tokens[loaded] == 1  # the last prompt token, then the first output
+
+
+def test_an_idle_engine_takes_a_loaded_kv_at_once():
+    w = worker()
+    loaded = EngineRequest(None, 300, 4, needs_remote_kv=True)
+    w.add(loaded)
+    plan = w.schedule()
+    assert plan.loads_started == [loaded] and plan.is_empty
+    w.kv_loaded(loaded)
+    assert w.schedule().num_new_tokens == {loaded: 1}
+
+
 def test_engine_spec_rejects_impossible_settings():
     with pytest.raises(ValueError, match="enable_chunked_prefill is false"):
         EngineSpec(max_num_batched_tokens=2048, max_model_len=4096, enable_chunked_prefill=False)
