@@ -78,3 +78,44 @@ def test_a_worker_running_slower_than_calibrated_has_every_step_priced_so():
     assert d_slow.transfer_s == d_calm.transfer_s  # the link is not the host's CPU
     with pytest.raises(ValueError, match="speed_factor"):
         WorkerView("b", "both", speed_factor=0.0)
+
+
+def test_a_shipped_in_request_waits_for_the_decode_workers_steps_before_its_first():
+    from schedulers.route_prediction import KV_LOAD_STEPS
+
+    pred = _predictor()
+    req = RequestInfo("r", num_prompt_tokens=300, max_tokens=8)
+    p = WorkerView("p", "prefill")
+    link = LinkEstimate(0.001, 10e9)
+    part = pred.prefill_on(req, p)
+    idle = pred.disaggregated(req, p, WorkerView("d", "both"), part, link, 10**6, (1.0, 0.1))
+    busy = pred.disaggregated(req, p, WorkerView("d", "both", num_running=4), part, link, 10**6, (1.0, 0.1))
+    assert idle.kv_load_s == 0.0  # an idle D polls the read in empty steps
+    decode_only_s = pred.step_model.predict(0, 0, [pred.decode_context_tokens] * 4)
+    assert busy.kv_load_s == pytest.approx(KV_LOAD_STEPS * decode_only_s)
+    assert busy.ttft_s - idle.ttft_s == pytest.approx(busy.kv_load_s + busy.first_step_s - idle.first_step_s)
+    assert busy.as_dict()["disaggregated.kv_load_s"] == busy.kv_load_s
+
+
+def test_a_request_lost_either_way_spares_the_decoder_even_if_it_waits_longer():
+    from schedulers.hardware import HardwareSpec
+    from schedulers.policies import AdaptivePolicy
+    from schedulers.types import ClusterView
+
+    slow = HardwareSpec.calibrated("slow", achieved_flops=50e9, achieved_bytes_per_s=20e9)
+    model = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], slow)
+    # The prefill worker has a long queue: disaggregated misses by far more than colocated.
+    view = ClusterView((WorkerView("p", "prefill", num_queued_prefill_tokens=4000), WorkerView("b", "both")),
+                       {("p", "b"): LinkEstimate(0.0001, 5e9)})
+    request = RequestInfo("r", 4096, 16)
+    by_violation = AdaptivePolicy(model, lost_ttft_ratio=1e9).decide(request, view)
+    col, dis = by_violation.predictions["colocated.violation"], by_violation.predictions["disaggregated.violation"]
+    assert dis > col * 1.1 and col > 2  # colocated misses by less, but its TTFT is lost too
+    assert by_violation.route == "colocated"
+    lost = AdaptivePolicy(model).decide(request, view)
+    assert (lost.route, lost.prefill_worker) == ("disaggregated", "p")
+    # Below the ratio on one route (a chance to meet it there), the lesser violation again.
+    col_ratio = by_violation.predictions["colocated.ttft_s"] / by_violation.predictions["ttft_slo_s"]
+    assert AdaptivePolicy(model, lost_ttft_ratio=col_ratio * 1.01).decide(request, view).route == "colocated"
+    with pytest.raises(ValueError, match="lost_ttft_ratio"):
+        AdaptivePolicy(model, lost_ttft_ratio=0.5)
