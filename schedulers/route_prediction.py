@@ -43,12 +43,14 @@ from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
 # Steps of the decode worker between a shipped-in request reaching it and the step that computes
 # its last prompt token: half the step it is in when the request comes (on average), the step
-# that posts the KV read, and one more, since vLLM's scheduler learns a read finished only from
-# a step's output, and (measured here, NIXL over UCX on host memory, where a read progresses when
-# it is polled) from the output of the first step that starts after it finished. Measured on the
-# hybrid deployment (2026-12-02, 300-token prompts, 8 per load): D's own TTFT was 36-49 ms idle
-# (first step 17-26 ms), 101-270 ms beside 2 streams and 79-167 ms beside 4 (steps 20-60 ms),
-# against 20-59 ms predicted with the first step alone.
+# that posts the KV read, and the next. vLLM's model runner posts a step's asynchronous KV loads
+# after launching its forward (kv_connector_model_runner_mixin: off the critical path on a GPU;
+# on a CPU the forward has finished by then) and asks for finished transfers right after, when
+# the read has barely started; the scheduler learns it finished from the next step's output and
+# schedules the request in the step after. Measured on the hybrid deployment (2026-12-02,
+# 300-token prompts, 8 per load): D's own TTFT was 36-49 ms idle (first step 17-26 ms), 101-270
+# ms beside 2 streams and 79-167 ms beside 4 (steps 20-60 ms), against 20-59 ms predicted with
+# the first step alone.
 KV_LOAD_STEPS = 2.5
 
 

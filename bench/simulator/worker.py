@@ -12,11 +12,11 @@ Each step (`schedule`), with a budget of `max_num_batched_tokens` tokens:
    running slot (`max_num_seqs`) and blocks above the watermark last. Without chunked prefill a
    prompt waits until it fits the budget whole. A request whose KV comes from a prefill worker
    is given its blocks here and its transfer starts (`LOADING_REMOTE_KV`); it is skipped until
-   the engine knows its KV has arrived, then computes its last prompt token. vLLM's scheduler
-   learns a read finished from a step's output, and (measured live, NIXL over UCX on host
-   memory) from that of the first step that starts after it finished: so an arrived KV counts
-   at the end of the next step to start. An engine with nothing else to run polls in empty
-   steps, taken here as instant (see `schedulers.route_prediction.KV_LOAD_STEPS`).
+   the engine knows its KV has arrived, then computes its last prompt token. vLLM posts a
+   step's KV reads after launching its forward and asks for finished ones right after, so the
+   scheduler learns a read finished from the output of the next step that starts: an arrived
+   KV counts at the end of the next step to start. An engine with nothing else to run polls in
+   empty steps, taken here as instant (see `schedulers.route_prediction.KV_LOAD_STEPS`).
 
 `complete` applies a finished step: computed tokens advance, and a request whose computed
 tokens reach its tokens samples one. The step's time comes from `StepCost`.
