@@ -18,6 +18,7 @@ import collections
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from pd_serve.config import DeploymentConfig
@@ -27,6 +28,7 @@ from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
+from schedulers.decode_slack import DecodeProgress, worker_slack_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
@@ -104,6 +106,8 @@ class Router:
         self.loads: dict[str, dict] = {wid: {} for wid in workers}
         self.inflight = collections.Counter()
         self.prefill_queues = PrefillQueues()
+        # Per worker, the requests streaming tokens from it: their TPOT slack is in the view.
+        self.decoding: dict[str, dict[str, DecodeProgress]] = collections.defaultdict(dict)
         any_info = next(iter(infos.values()))
         self.vocab_size = any_info.vocab_size
         self.max_model_len = min(i.max_model_len for i in infos.values())
@@ -198,19 +202,29 @@ class Router:
         workers = []
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
+            speed = self.feedback.factor_at(self.host_inflight(wid))
             workers.append(WorkerView(
                 worker_id=wid, role=info.role, is_healthy=self.healthy[wid],
                 num_running=int(load.get("num_running", 0)), num_waiting=int(load.get("num_waiting", 0)),
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
-                max_model_len=info.max_model_len,
-                speed_factor=self.feedback.factor_at(self.host_inflight(wid))))
+                max_model_len=info.max_model_len, speed_factor=speed,
+                decode_slack_s=self._decode_slack_s(wid, int(load.get("num_running", 0)), speed)))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
         return ClusterView(workers=tuple(workers), links=links, kv_bytes_per_token=any_geo.bytes_per_token,
                            path_s={route: m.value for route, m in self.paths.items()})
+
+    def _decode_slack_s(self, wid: str, num_running: int, speed: float) -> float:
+        """The TPOT slack of the requests streaming from `wid` (schedulers/decode_slack.py); a
+        request with one token so far is priced at the model's decode step for the worker."""
+        step_s = 0.0
+        if self.predictor is not None and num_running:
+            contexts = [self.predictor.decode_context_tokens] * num_running
+            step_s = self.predictor.step_model.predict(0, 0, contexts) * speed
+        return worker_slack_s(self.decoding[wid].values(), time.time(), step_s)
 
     def _with_predictions(self, decision: Decision, info: RequestInfo, view: ClusterView) -> Decision:
         """The decision with the calibrated cost model's predictions for the route taken, whichever
@@ -442,6 +456,7 @@ class Router:
         if kv_params is None:
             self.prefill_queues.sent(wid, rid, len(token_ids))
         first = True
+        tpot_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[1]
         try:
             t_call = time.time()
             gen = self.workers[wid].generate.options(num_returns="streaming").remote(
@@ -463,6 +478,10 @@ class Router:
                 if new:
                     result.token_ids.extend(new)
                     result.token_times.extend([now] * len(new))
+                    progress = self.decoding[wid].get(rid)
+                    self.decoding[wid][rid] = (
+                        DecodeProgress(now, len(new), req.max_tokens, tpot_slo_s) if progress is None
+                        else replace(progress, num_tokens=progress.num_tokens + len(new)))
                     yield {"type": "token", "token_ids": new, "t": now,
                            "finish_reason": item["finish_reason"] if item["finished"] else None}  # [frontdoors]
                 if item["finished"]:
@@ -474,6 +493,7 @@ class Router:
         finally:
             self.inflight[wid] -= 1
             self.prefill_queues.prefilled(wid, rid)  # failed before its first token
+            self.decoding[wid].pop(rid, None)
 
     def _note_start(self, rid: str, wid: str, t_call: float, first_item: dict) -> None:
         """Count and log a worker that began a call late (LATE_START_S)."""

@@ -54,6 +54,13 @@ from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 KV_LOAD_STEPS = 2.5
 
 
+def _over(delay_s: float, slack_s: float) -> float:
+    """A delay against the slack it comes out of (0 for none; inf when there is no slack)."""
+    if delay_s <= 0:
+        return 0.0
+    return delay_s / slack_s if slack_s > 0 else float("inf")
+
+
 @dataclass(frozen=True)
 class PrefillPart:
     """The prefill of one request on one worker (seconds)."""
@@ -96,9 +103,25 @@ class RoutePrediction:
         return self.engine_s
 
     @property
+    def decode_harm(self) -> float:
+        """What this route's prefill costs the requests decoding beside it, against what they
+        can bear: at most 1 means they all still meet their TPOT SLO. Each running request on
+        the prefilling worker is delayed by the prefill's engine seconds, on D by the first
+        step's; over the worker's `decode_slack_s`. Where the view has no slack: the longest
+        prefill step over the TPOT SLO (as if one gap were the whole mean)."""
+        prefiller = self.prefill_worker or self.decode_worker
+        if prefiller.decode_slack_s is None or self.decode_worker.decode_slack_s is None:
+            return self.prefill.itl_s / self.tpot_slo_s
+        harms = [_over(self.prefill.engine_s if prefiller.role != ROLE_PREFILL else 0.0,
+                       prefiller.decode_slack_s)]
+        if self.prefill_worker is not None:
+            harms.append(_over(self.engine_s - self.prefill.engine_s, self.decode_worker.decode_slack_s))
+        return max(harms)
+
+    @property
     def violation(self) -> float:
-        """max(TTFT / TTFT SLO, ITL inflicted / TPOT SLO): at most 1 means both SLOs hold."""
-        return max(self.ttft_s / self.ttft_slo_s, self.prefill.itl_s / self.tpot_slo_s)
+        """max(TTFT / TTFT SLO, decode harm): at most 1 means both SLOs hold."""
+        return max(self.ttft_s / self.ttft_slo_s, self.decode_harm)
 
     @property
     def meets_slo(self) -> bool:
@@ -119,7 +142,8 @@ class RoutePrediction:
                   "path_s": self.path_s,
                   "itl_s": self.prefill.itl_s,
                   "extra_itl_s": self.prefill.extra_itl_s,
-                  "engine_s": self.engine_s, "violation": self.violation}
+                  "engine_s": self.engine_s, "decode_harm": self.decode_harm,
+                  "violation": self.violation}
         return {f"{self.route}.{k}": v for k, v in values.items()}
 
 

@@ -59,12 +59,19 @@ class WorkerView:
     num_queued_prefill_tokens: int = 0
     max_model_len: int = 0  # the engine's limit on prompt + output tokens; 0: not known
     speed_factor: float = 1.0
+    # The least TPOT slack of the requests decoding here (schedulers/decode_slack.py): seconds of
+    # delay they can still take in all; inf when none is at stake; None when the view does not
+    # track it (a prefill's longest step is then held against the TPOT SLO instead).
+    decode_slack_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"worker {self.worker_id!r}: role {self.role!r} is not one of {ROLES}")
         if not self.speed_factor > 0:
             raise ValueError(f"worker {self.worker_id!r}: speed_factor must be > 0, got {self.speed_factor}")
+        if self.decode_slack_s is not None and not self.decode_slack_s >= 0:
+            raise ValueError(f"worker {self.worker_id!r}: decode_slack_s must be >= 0 or None, "
+                             f"got {self.decode_slack_s}")
 
     @property
     def is_full(self) -> bool:

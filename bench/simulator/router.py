@@ -21,6 +21,7 @@ from typing import Mapping
 
 from bench.simulator.worker import SimWorker
 from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
+from schedulers.decode_slack import DecodeProgress, worker_slack_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
@@ -32,9 +33,11 @@ from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstima
 
 class SimRouter:
     def __init__(self, policy: Policy, workers: Mapping[str, SimWorker], link: LinkEstimate,
-                 kv_bytes_per_token: int, predictor: RoutePredictor | None = None) -> None:
+                 kv_bytes_per_token: int, predictor: RoutePredictor | None = None,
+                 slo_table: SloTable | None = None) -> None:
         self.policy = policy
         self.predictor = predictor
+        self.slo_table = slo_table or SloTable()
         self.workers = workers
         self.kv_bytes_per_token = kv_bytes_per_token
         self.links = {(p.worker_id, d.worker_id): link for p in workers.values() for d in workers.values()
@@ -55,18 +58,37 @@ class SimRouter:
     def host_inflight(self) -> int:
         return sum(self.num_inflight.values())
 
-    def view(self) -> ClusterView:
+    def view(self, now_s: float = 0.0) -> ClusterView:
         speed = self.feedback.factor_at(self.host_inflight)
         workers = tuple(WorkerView(
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
-            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed)
+            num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
+            decode_slack_s=self._decode_slack_s(w, now_s, speed))
             for wid, w in self.workers.items())
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
-    def decide(self, request: RequestInfo) -> Decision:
-        """The policy's decision; NoCandidateError only when nothing can serve the request."""
-        view = self.view()
+    def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float) -> float:
+        """The TPOT slack of the requests decoding on `worker` at `now_s`, from their tokens so
+        far as the client got them (`pd_serve.router.Router._decode_slack_s`)."""
+        progress = []
+        for r in worker.running:
+            record = r.job.record if r.job is not None else None
+            if r.is_prefill_only or r.num_generated < 1 or record is None or record.first_token_s is None:
+                continue
+            tpot_slo_s = self.slo_table.for_request(
+                RequestInfo(record.request_id, record.input_tokens, record.output_tokens))[1]
+            progress.append(DecodeProgress(record.first_token_s, len(record.token_times), r.max_output_tokens,
+                                           tpot_slo_s))
+        step_s = 0.0
+        if self.predictor is not None and progress:
+            contexts = [self.predictor.decode_context_tokens] * len(worker.running)
+            step_s = self.predictor.step_model.predict(0, 0, contexts) * speed
+        return worker_slack_s(progress, now_s, step_s)
+
+    def decide(self, request: RequestInfo, now_s: float = 0.0) -> Decision:
+        """The policy's decision at `now_s`; NoCandidateError only when nothing can serve it."""
+        view = self.view(now_s)
         try:
             decision = self.policy.decide(request, view)
         except NoCandidateError:

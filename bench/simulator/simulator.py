@@ -34,6 +34,7 @@ from bench.simulator.stretch import StretchedStep
 from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker, StepPlan
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
+from schedulers.slo import SloTable
 from schedulers.step_time import COEFFICIENTS
 from schedulers.types import ROLE_PREFILL, ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
 
@@ -90,8 +91,10 @@ class Simulator:
         # Steps that start beside a computing engine, priced as calibrated with all engines at once.
         self.neighbour_cost = None if coefficients is None else StepCost.of(
             replace(cluster.step_model, **dict(zip(COEFFICIENTS, coefficients))))
+        # The TPOT SLO behind each running request's slack: the one the policy judges by.
         self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
-                                RoutePredictor(cluster.step_model, cluster.chunk_tokens))
+                                RoutePredictor(cluster.step_model, cluster.chunk_tokens),
+                                getattr(policy, "slo_table", None) or SloTable())
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
         self.max_events = max_events
@@ -237,7 +240,7 @@ class Simulator:
                                           f"tokens exceed max_model_len {self.max_model_len}")
         info = RequestInfo(record.request_id, record.input_tokens, record.output_tokens)
         try:
-            decision = self.router.decide(info)
+            decision = self.router.decide(info, now_s)
         except NoCandidateError as error:
             return self._fail(job, now_s, f"no worker can serve the request: {error}")
         job.decision = decision

@@ -53,7 +53,7 @@ def _summary(p: RoutePrediction) -> str:
         parts += f" + path {p.path_s:.3f}"
     verdict = "meets" if p.meets_slo else "misses"
     return (f"{p.route} on {p.where}: TTFT {p.ttft_s:.3f} s ({parts}) vs SLO {p.ttft_slo_s:.3f} s, "
-            f"ITL inflicted {p.prefill.itl_s:.3f} s vs TPOT SLO {p.tpot_slo_s:.3f} s, "
+            f"ITL inflicted {p.prefill.itl_s:.3f} s, decode harm {p.decode_harm:.2f}, "
             f"engine {p.engine_s:.3f} s: {verdict}")
 
 
@@ -63,9 +63,11 @@ class AdaptivePolicy:
 
     For every healthy colocated worker W and every (prefill, decode) pair P != D with a link
     estimate (see `route_prediction`):
-        ok(c) = TTFT(c) <= TTFT SLO and ITL inflicted(c) <= TPOT SLO
+        ok(c) = TTFT(c) <= TTFT SLO and decode harm(c) <= 1
+    (decode harm: the prefill's delay to the requests decoding beside it over their TPOT slack,
+    `RoutePrediction.decode_harm`)
     Best of each route: ok with the lowest TTFT, else the least violation
-    max(TTFT / SLO, ITL / TPOT SLO). Between routes: if one is ok, it; if both are ok, the one
+    max(TTFT / SLO, decode harm). Between routes: if one is ok, it; if both are ok, the one
     cheaper in worker time (engine seconds; exact ties: colocated); if both miss, the one that
     violates less by more than `violation_tolerance` (relative), and when they miss by about as
     much, the one taking less engine time from decode-capable workers. A long prompt that misses

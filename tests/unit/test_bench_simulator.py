@@ -289,3 +289,17 @@ def test_requests_arriving_together_still_share_their_first_step_behind_a_path()
     plain = simulate(batch, cluster({"both": 1}), ColocatedPolicy())
     delayed = simulate(batch, with_path(cluster({"both": 1}), 0.01, 0.0), ColocatedPolicy())
     assert ttfts(delayed) == pytest.approx([t + 0.01 for t in ttfts(plain)], rel=1e-9)
+
+
+def test_the_simulated_view_carries_the_running_requests_tpot_slack():
+    # One long request decodes on a lone worker; a second arrives later and sees its slack, from
+    # its tokens so far against the policy's TPOT SLO, as the live router computes it.
+    policy = RecordingPolicy()
+    workload = Workload("two", (RequestSpec("long", 0.0, 100, 200), RequestSpec("late", 0.5, 100, 4)))
+    result = simulate(workload, cluster({"both": 1}), policy)
+    assert policy.calls[0][1].workers[0].decode_slack_s == float("inf")  # nothing decoding yet
+    late_view = policy.calls[1][1].workers[0]
+    first = result.records[0]
+    tokens = [t for t in first.token_times if t <= 0.5]
+    expected = (200 - 1) * 0.1 - (0.5 - tokens[0]) - (200 - len(tokens)) * (0.5 - tokens[0]) / (len(tokens) - 1)
+    assert late_view.decode_slack_s == pytest.approx(expected)

@@ -68,3 +68,12 @@ def test_the_load_on_a_worker_is_what_is_in_flight_on_its_host():
     r = SimpleNamespace(infos=infos, inflight=collections.Counter({"both-0": 2, "both-1": 1, "prefill-0": 5}))
     assert Router.host_inflight(r, "both-1") == 3  # both engines of the first node
     assert Router.host_inflight(r, "prefill-0") == 5
+
+
+def test_the_view_prices_a_worker_by_the_tpot_slack_of_the_requests_it_streams(monkeypatch):
+    from schedulers.decode_slack import DecodeProgress
+
+    r = SimpleNamespace(predictor=None, decoding={"w": {"a": DecodeProgress(100.0, 11, 32, 0.1)}, "idle": {}})
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 100.5)
+    assert Router._decode_slack_s(r, "w", 1, 1.0) == pytest.approx(31 * (0.1 - 0.05))
+    assert Router._decode_slack_s(r, "idle", 0, 1.0) == float("inf")
