@@ -220,10 +220,7 @@ class Router:
     def _decode_slack_s(self, wid: str, num_running: int, speed: float) -> float:
         """The TPOT slack of the requests streaming from `wid` (schedulers/decode_slack.py); a
         request with one token so far is priced at the model's decode step for the worker."""
-        step_s = 0.0
-        if self.predictor is not None and num_running:
-            contexts = [self.predictor.decode_context_tokens] * num_running
-            step_s = self.predictor.step_model.predict(0, 0, contexts) * speed
+        step_s = self.predictor.decode_step_s(num_running, speed) if self.predictor is not None else 0.0
         return worker_slack_s(self.decoding[wid].values(), time.time(), step_s)
 
     def _with_predictions(self, decision: Decision, info: RequestInfo, view: ClusterView) -> Decision:

@@ -165,6 +165,10 @@ class RoutePredictor:
             return []
         return [self.decode_context_tokens] * worker.num_running
 
+    def decode_step_s(self, num_decodes: int, speed_factor: float = 1.0) -> float:
+        """A step of `num_decodes` decodes alone (0 for none), at the worker's speed factor."""
+        return self.step_model.predict(0, 0, [self.decode_context_tokens] * num_decodes) * speed_factor
+
     def queue_s(self, worker: WorkerView) -> float:
         """Seconds until `worker` has prefilled the prompts queued on it."""
         steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
@@ -180,7 +184,7 @@ class RoutePredictor:
         num_context = max(0, request.num_prompt_tokens - num_new)
         steps_s = [s * speed for s in
                    model.chunked_prefill_steps_s(num_new, num_context, self.chunk_tokens, decodes)]
-        decode_only_s = model.predict(0, 0, decodes) * speed
+        decode_only_s = self.decode_step_s(len(decodes), speed)
         itl_s = max(steps_s) if (steps_s and decodes) else 0.0
         extra_itl_s = itl_s - decode_only_s if itl_s else 0.0
         engine_s = sum(steps_s) - decode_only_s * len(steps_s)
@@ -199,7 +203,7 @@ class RoutePredictor:
         decodes, speed = self.decode_contexts(decode), decode.speed_factor
         last_token_context = max(0, request.num_prompt_tokens - 1)
         first_step_s = self.step_model.predict(1, last_token_context, decodes) * speed
-        decode_only_s = self.step_model.predict(0, 0, decodes) * speed
+        decode_only_s = self.decode_step_s(len(decodes), speed)
         first_step_engine_s = first_step_s - decode_only_s
         transfer_s = link.predict_s(kv_bytes)
         # D steps on with its decodes while the read is posted and polled. An idle D runs empty

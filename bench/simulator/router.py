@@ -82,8 +82,7 @@ class SimRouter:
                                            tpot_slo_s))
         step_s = 0.0
         if self.predictor is not None and progress:
-            contexts = [self.predictor.decode_context_tokens] * len(worker.running)
-            step_s = self.predictor.step_model.predict(0, 0, contexts) * speed
+            step_s = self.predictor.decode_step_s(len(worker.running), speed)
         return worker_slack_s(progress, now_s, step_s)
 
     def decide(self, request: RequestInfo, now_s: float = 0.0) -> Decision:

@@ -34,7 +34,6 @@ from bench.simulator.stretch import StretchedStep
 from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker, StepPlan
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
-from schedulers.slo import SloTable
 from schedulers.step_time import COEFFICIENTS
 from schedulers.types import ROLE_PREFILL, ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
 
@@ -94,7 +93,7 @@ class Simulator:
         # The TPOT SLO behind each running request's slack: the one the policy judges by.
         self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
                                 RoutePredictor(cluster.step_model, cluster.chunk_tokens),
-                                getattr(policy, "slo_table", None) or SloTable())
+                                getattr(policy, "slo_table", None))
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
         self.max_events = max_events
