@@ -34,6 +34,7 @@ from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
+from schedulers.stall import stall_s
 from schedulers.step_time import StepTimeModel
 from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
                               WorkerView)
@@ -108,6 +109,9 @@ class Router:
         self.prefill_queues = PrefillQueues()
         # Per worker, the requests streaming tokens from it: their TPOT slack is in the view.
         self.decoding: dict[str, dict[str, DecodeProgress]] = collections.defaultdict(dict)
+        # Per worker, when it last streamed a token, and the workers seen stalled (stall.py).
+        self.last_token_s: dict[str, float] = {}
+        self.stalled: set[str] = set()
         any_info = next(iter(infos.values()))
         self.vocab_size = any_info.vocab_size
         self.max_model_len = min(i.max_model_len for i in infos.values())
@@ -210,7 +214,8 @@ class Router:
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
                 max_model_len=info.max_model_len, speed_factor=speed,
-                decode_slack_s=self._decode_slack_s(wid, int(load.get("num_running", 0)), speed)))
+                decode_slack_s=self._decode_slack_s(wid, int(load.get("num_running", 0)), speed),
+                stall_s=self._stall_s(wid, int(load.get("num_running", 0)), speed)))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
@@ -222,6 +227,26 @@ class Router:
         request with one token so far is priced at the model's decode step for the worker."""
         step_s = self.predictor.decode_step_s(num_running, speed) if self.predictor is not None else 0.0
         return worker_slack_s(self.decoding[wid].values(), time.time(), step_s)
+
+    def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
+        """How long `wid` has been silent while requests stream from it, past twice the longest
+        step it could be taking (schedulers/stall.py); logged once per stall."""
+        if self.predictor is None or not self.decoding[wid] or wid not in self.last_token_s:
+            self.stalled.discard(wid)
+            return 0.0
+        silent_s = max(0.0, time.time() - self.last_token_s[wid])
+        longest_step_s = self.predictor.longest_step_s(max(num_running, len(self.decoding[wid])), speed,
+                                                       self.prefill_queues.longest(wid))
+        stalled = stall_s(silent_s, longest_step_s)
+        if stalled > 0 and wid not in self.stalled:
+            self.stalled.add(wid)
+            self.counters["worker_stalls"] += 1
+            logger.warning("worker %s: no token for %.2f s while %d requests stream from it; its "
+                           "predictions wait %.2f s more until it steps again", wid, silent_s,
+                           len(self.decoding[wid]), stalled)
+        elif stalled == 0:
+            self.stalled.discard(wid)
+        return stalled
 
     def _with_predictions(self, decision: Decision, info: RequestInfo, view: ClusterView) -> Decision:
         """The decision with the calibrated cost model's predictions for the route taken, whichever
@@ -475,6 +500,7 @@ class Router:
                 if new:
                     result.token_ids.extend(new)
                     result.token_times.extend([now] * len(new))
+                    self.last_token_s[wid] = now
                     progress = self.decoding[wid].get(rid)
                     self.decoding[wid][rid] = (
                         DecodeProgress(now, len(new), req.max_tokens, tpot_slo_s) if progress is None

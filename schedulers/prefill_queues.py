@@ -30,3 +30,7 @@ class PrefillQueues:
 
     def num_tokens(self, worker_id: str) -> int:
         return sum(self._prompts[worker_id].values())
+
+    def longest(self, worker_id: str) -> int:
+        """The longest prompt queued on `worker_id` (0: none)."""
+        return max(self._prompts[worker_id].values(), default=0)

@@ -170,10 +170,19 @@ class RoutePredictor:
         return self.step_model.predict(0, 0, [self.decode_context_tokens] * num_decodes) * speed_factor
 
     def queue_s(self, worker: WorkerView) -> float:
-        """Seconds until `worker` has prefilled the prompts queued on it."""
+        """Seconds until `worker` has prefilled the prompts queued on it, and sat out its stall
+        (taken to last as long again as it has: schedulers/stall.py)."""
         steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
                                                         self.chunk_tokens, self.decode_contexts(worker))
-        return sum(steps) * worker.speed_factor
+        return sum(steps) * worker.speed_factor + worker.stall_s
+
+    def longest_step_s(self, num_decodes: int, speed_factor: float = 1.0, longest_prompt_tokens: int = 0) -> float:
+        """The longest step a worker with `num_decodes` decodes could be taking: a full token
+        budget of prefill beside them, over the context the longest prompt queued on it reaches
+        by its last chunk, at its speed factor."""
+        context = max(0, longest_prompt_tokens - self.chunk_tokens)
+        return (self.step_model.predict(self.chunk_tokens, context, [self.decode_context_tokens] * num_decodes)
+                * speed_factor)
 
     def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
         """The request's queue wait and chunked prefill on `worker`."""

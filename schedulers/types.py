@@ -63,12 +63,17 @@ class WorkerView:
     # delay they can still take in all; inf when none is at stake; None when the view does not
     # track it (a prefill's longest step is then held against the TPOT SLO instead).
     decode_slack_s: float | None = None
+    # Seconds the worker has been silent while requests stream from it, beyond the longest step
+    # it could be taking (schedulers/stall.py): added to its queue in every prediction.
+    stall_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"worker {self.worker_id!r}: role {self.role!r} is not one of {ROLES}")
         if not self.speed_factor > 0:
             raise ValueError(f"worker {self.worker_id!r}: speed_factor must be > 0, got {self.speed_factor}")
+        if not self.stall_s >= 0:
+            raise ValueError(f"worker {self.worker_id!r}: stall_s must be >= 0, got {self.stall_s}")
         if self.decode_slack_s is not None and not self.decode_slack_s >= 0:
             raise ValueError(f"worker {self.worker_id!r}: decode_slack_s must be >= 0 or None, "
                              f"got {self.decode_slack_s}")

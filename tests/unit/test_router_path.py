@@ -77,3 +77,27 @@ def test_the_view_prices_a_worker_by_the_tpot_slack_of_the_requests_it_streams(m
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 100.5)
     assert Router._decode_slack_s(r, "w", 1, 1.0) == pytest.approx(31 * (0.1 - 0.05))
     assert Router._decode_slack_s(r, "idle", 0, 1.0) == float("inf")
+
+
+def test_the_view_counts_a_worker_silent_while_it_streams_as_stalled(monkeypatch, caplog):
+    import collections
+
+    from schedulers.decode_slack import DecodeProgress
+
+    from schedulers.prefill_queues import PrefillQueues
+
+    predictor = SimpleNamespace(longest_step_s=lambda n, speed, longest_prompt: 0.25 * speed)
+    r = SimpleNamespace(predictor=predictor, decoding={"w": {"a": DecodeProgress(100.0, 3, 32, 0.1)}, "idle": {}},
+                        prefill_queues=PrefillQueues(),
+                        last_token_s={"w": 100.0, "idle": 90.0}, stalled=set(), counters=collections.Counter())
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 100.4)
+    assert Router._stall_s(r, "w", 1, 1.0) == 0.0  # 0.4 s: within two longest steps
+    assert Router._stall_s(r, "idle", 0, 1.0) == 0.0  # nothing streams from it: silence is no stall
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.5)
+    with caplog.at_level("WARNING", logger="pd_serve.router"):
+        assert Router._stall_s(r, "w", 1, 1.0) == pytest.approx(1.0)
+        assert Router._stall_s(r, "w", 1, 1.0) == pytest.approx(1.0)
+    assert r.counters["worker_stalls"] == 1 and r.stalled == {"w"}  # counted and logged once
+    assert sum("no token for 1.50 s" in m for m in caplog.messages) == 1
+    r.last_token_s["w"] = 101.4  # it stepped again
+    assert Router._stall_s(r, "w", 1, 1.0) == 0.0 and r.stalled == set()

@@ -45,16 +45,17 @@ def test_the_adaptive_policy_reads_each_routes_path_from_the_view():
     assert paths["disaggregated.ttft_s"] == pytest.approx(bare["disaggregated.ttft_s"] + 0.013)
 
 
-def test_prefill_queues_count_each_prompt_once():
+def test_prefill_queues_count_each_prompt_once_and_know_the_longest():
     q = PrefillQueues()
-    assert q.num_tokens("w") == 0
+    assert q.num_tokens("w") == 0 and q.longest("w") == 0
     q.sent("w", "a", 1000)
     q.sent("w", "b", 500)
     q.sent("v", "c", 64)
-    assert q.num_tokens("w") == 1500
+    assert q.num_tokens("w") == 1500 and q.longest("w") == 1000
     q.prefilled("w", "a")
     q.prefilled("w", "a")  # a second call (first token, then the stream's end) does nothing
     assert q.num_tokens("w") == 500 and q.num_tokens("v") == 64
+    assert q.longest("w") == 500  # what the stall rule's longest step is priced over
 
 
 def test_the_path_estimate_is_the_recent_median_so_one_stall_does_not_move_it():
@@ -68,3 +69,4 @@ def test_the_path_estimate_is_the_recent_median_so_one_stall_does_not_move_it():
     assert m.value == 0.02 and m.count == 5
     with pytest.raises(ValueError):
         RecentMedian(window=0)
+

@@ -1,0 +1,70 @@
+"""A worker silent while requests stream from it: its stall waits in every prediction."""
+from __future__ import annotations
+
+import pytest
+
+from schedulers.hardware import HARDWARE_SPECS
+from schedulers.model_spec import MODEL_SPECS
+from schedulers.policies import AdaptivePolicy
+from schedulers.route_prediction import RoutePredictor
+from schedulers.stall import STALL_TOLERANCE, stall_s
+from schedulers.step_time import StepTimeModel
+from schedulers.types import ClusterView, LinkEstimate, RequestInfo, WorkerView
+
+MODEL = StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], HARDWARE_SPECS["a100"])
+
+
+def test_a_silence_within_the_tolerance_is_no_stall():
+    assert stall_s(0.5, 0.3) == 0.0  # under 2 x 0.3
+    assert stall_s(0.6, 0.3) == 0.0
+    assert stall_s(1.0, 0.3) == pytest.approx(1.0 - STALL_TOLERANCE * 0.3)
+    assert stall_s(1.0, 0.3, tolerance=1.0) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("args", [(-0.1, 0.3), (0.1, -0.3), (0.1, 0.3, 0.5)])
+def test_bad_inputs_are_refused(args):
+    with pytest.raises(ValueError):
+        stall_s(*args)
+
+
+def test_a_worker_view_refuses_a_negative_stall():
+    with pytest.raises(ValueError, match="stall_s"):
+        WorkerView("w", "both", stall_s=-1.0)
+
+
+def test_the_stall_adds_to_the_queue_of_every_route_through_the_worker():
+    predictor = RoutePredictor(MODEL)
+    request = RequestInfo("r", 512, 16)
+    calm, stuck = WorkerView("b", "both", num_running=2), WorkerView("b", "both", num_running=2, stall_s=1.5)
+    assert predictor.queue_s(stuck) == pytest.approx(predictor.queue_s(calm) + 1.5)
+    slos = (0.2, 0.1)
+    assert (predictor.colocated(request, stuck, slos).ttft_s
+            == pytest.approx(predictor.colocated(request, calm, slos).ttft_s + 1.5))
+    # As a decode worker: the loaded request waits for the stalled worker's first step.
+    prefill, link = WorkerView("p", "prefill"), LinkEstimate(0.001, 25e9)
+    part = predictor.prefill_on(request, prefill)
+    kv = MODEL.kv.bytes_for_tokens(512)
+    late = predictor.disaggregated(request, prefill, stuck, part, link, kv, slos)
+    on_time = predictor.disaggregated(request, prefill, calm, part, link, kv, slos)
+    assert late.decode_wait_s > 1.0 and late.ttft_s > on_time.ttft_s + 1.0
+
+
+def test_the_longest_step_is_a_full_budget_beside_the_decodes():
+    predictor = RoutePredictor(MODEL, chunk_tokens=2048)
+    assert predictor.longest_step_s(4) == pytest.approx(MODEL.predict(2048, 0, [1024] * 4))
+    assert predictor.longest_step_s(4, 2.0) == pytest.approx(2 * predictor.longest_step_s(4))
+    # A long prompt queued: its last chunk runs over the context before it.
+    assert predictor.longest_step_s(4, 1.0, 8192) == pytest.approx(MODEL.predict(2048, 6144, [1024] * 4))
+    assert predictor.longest_step_s(4, 1.0, 8192) > predictor.longest_step_s(4)
+
+
+def test_the_adaptive_policy_sends_a_prompt_past_a_stalled_worker():
+    # Two workers alike but for the stall: the less loaded one is stalled, and the prompt goes to
+    # the other; without the stall it goes to the less loaded one.
+    policy = AdaptivePolicy(MODEL)
+    request = RequestInfo("r", 256, 16)
+    busier = WorkerView("b0", "both", num_running=4, num_inflight=4)
+    view = ClusterView((busier, WorkerView("b1", "both", num_running=1, num_inflight=1)), {})
+    assert policy.decide(request, view).decode_worker == "b1"
+    view = ClusterView((busier, WorkerView("b1", "both", num_running=1, num_inflight=1, stall_s=0.8)), {})
+    assert policy.decide(request, view).decode_worker == "b0"
