@@ -206,16 +206,17 @@ class Router:
         workers = []
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
+            num_running = int(load.get("num_running", 0))
             speed = self.feedback.factor_at(self.host_inflight(wid))
             workers.append(WorkerView(
                 worker_id=wid, role=info.role, is_healthy=self.healthy[wid],
-                num_running=int(load.get("num_running", 0)), num_waiting=int(load.get("num_waiting", 0)),
+                num_running=num_running, num_waiting=int(load.get("num_waiting", 0)),
                 kv_cache_usage=float(load.get("kv_cache_usage", 0.0)),
                 num_inflight=self.inflight[wid],
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
                 max_model_len=info.max_model_len, speed_factor=speed,
-                decode_slack_s=self._decode_slack_s(wid, int(load.get("num_running", 0)), speed),
-                stall_s=self._stall_s(wid, int(load.get("num_running", 0)), speed)))
+                decode_slack_s=self._decode_slack_s(wid, num_running, speed),
+                stall_s=self._stall_s(wid, num_running, speed)))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
@@ -231,7 +232,8 @@ class Router:
     def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
         """How long `wid` has been silent while requests stream from it, past twice the longest
         step it could be taking (schedulers/stall.py); logged once per stall."""
-        if self.predictor is None or not self.decoding[wid] or wid not in self.last_token_s:
+        # A request enters `decoding` at its first token, after `last_token_s` is set.
+        if self.predictor is None or not self.decoding[wid]:
             self.stalled.discard(wid)
             return 0.0
         silent_s = max(0.0, time.time() - self.last_token_s[wid])

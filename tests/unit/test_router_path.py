@@ -83,7 +83,6 @@ def test_the_view_counts_a_worker_silent_while_it_streams_as_stalled(monkeypatch
     import collections
 
     from schedulers.decode_slack import DecodeProgress
-
     from schedulers.prefill_queues import PrefillQueues
 
     predictor = SimpleNamespace(longest_step_s=lambda n, speed, longest_prompt: 0.25 * speed)

@@ -69,4 +69,3 @@ def test_the_path_estimate_is_the_recent_median_so_one_stall_does_not_move_it():
     assert m.value == 0.02 and m.count == 5
     with pytest.raises(ValueError):
         RecentMedian(window=0)
-
