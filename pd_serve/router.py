@@ -36,8 +36,8 @@ from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
 from schedulers.stall import stall_s
 from schedulers.step_time import StepTimeModel
-from schedulers.types import (ClusterView, Decision, LinkEstimate, NoCandidateError, RequestInfo,
-                              WorkerView)
+from schedulers.types import (ROLE_PREFILL, ClusterView, Decision, LinkEstimate, NoCandidateError,
+                              RequestInfo, WorkerView)
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import EngineExcess, LinkFit, LinkModelRegistry, engine_excess, fit_link
 
@@ -109,8 +109,9 @@ class Router:
         self.prefill_queues = PrefillQueues()
         # Per worker, the requests streaming tokens from it: their TPOT slack is in the view.
         self.decoding: dict[str, dict[str, DecodeProgress]] = collections.defaultdict(dict)
-        # Per worker, when it last streamed a token, and the workers seen stalled (stall.py).
-        self.last_token_s: dict[str, float] = {}
+        # Per worker, when it last gave anything back (a streamed token, or a prefilled prompt's
+        # KV on a prefill worker), and the workers seen stalled (stall.py).
+        self.last_output_s: dict[str, float] = {}
         self.stalled: set[str] = set()
         any_info = next(iter(infos.values()))
         self.vocab_size = any_info.vocab_size
@@ -230,22 +231,38 @@ class Router:
         return worker_slack_s(self.decoding[wid].values(), time.time(), step_s)
 
     def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
-        """How long `wid` has been silent while requests stream from it, past twice the longest
-        step it could be taking (schedulers/stall.py); logged once per stall."""
-        # A request enters `decoding` at its first token, after `last_token_s` is set.
-        if self.predictor is None or not self.decoding[wid]:
+        """How long `wid` has been silent past twice the longest it could take to give anything
+        back (schedulers/stall.py); logged once per stall. While requests stream from it, that
+        is its longest step; while only prompts wait on it (a prefill worker; a decode-capable
+        one before its first stream), the steps that prefill the oldest of them (vLLM runs a
+        worker's prompts first come, first served; whatever step it was in when that one came
+        held no older prompt) and the path outside the engines. Prompts sent later do not
+        lengthen the wait: one sent to a stopped worker would otherwise hide the stop."""
+        if self.predictor is None:
+            return 0.0
+        # vLLM counts a prefill worker's prompts as running: none of them decodes
+        num_decodes = 0 if self.infos[wid].role == ROLE_PREFILL else max(num_running, len(self.decoding[wid]))
+        oldest = self.prefill_queues.oldest(wid)
+        if self.decoding[wid]:  # entered at its first token, after last_output_s was set
+            since_s, what = self.last_output_s[wid], "token"
+            longest_wait_s = self.predictor.longest_step_s(num_decodes, speed, self.prefill_queues.longest(wid))
+        elif oldest is not None:
+            sent_s, num_tokens = oldest
+            since_s = max(sent_s, self.last_output_s.get(wid, sent_s))
+            longest_wait_s = (self.predictor.prefill_queue_s(num_tokens, num_decodes, speed)
+                              + max(m.value for m in self.paths.values()))
+            what = "prefilled prompt"
+        else:
             self.stalled.discard(wid)
             return 0.0
-        silent_s = max(0.0, time.time() - self.last_token_s[wid])
-        longest_step_s = self.predictor.longest_step_s(max(num_running, len(self.decoding[wid])), speed,
-                                                       self.prefill_queues.longest(wid))
-        stalled = stall_s(silent_s, longest_step_s)
+        silent_s = max(0.0, time.time() - since_s)
+        stalled = stall_s(silent_s, longest_wait_s)
         if stalled > 0 and wid not in self.stalled:
             self.stalled.add(wid)
             self.counters["worker_stalls"] += 1
-            logger.warning("worker %s: no token for %.2f s while %d requests stream from it; its "
-                           "predictions wait %.2f s more until it steps again", wid, silent_s,
-                           len(self.decoding[wid]), stalled)
+            logger.warning("worker %s: no %s for %.2f s while %d requests stream from it and %d prompts "
+                           "wait on it; its predictions wait %.2f s more until it steps again", wid, what,
+                           silent_s, len(self.decoding[wid]), self.prefill_queues.num_prompts(wid), stalled)
         elif stalled == 0:
             self.stalled.discard(wid)
         return stalled
@@ -442,7 +459,7 @@ class Router:
         prefills locally), and the prompt's TTFT inside the prefill engine."""
         pid = decision.prefill_worker
         self.inflight[pid] += 1
-        self.prefill_queues.sent(pid, rid, len(token_ids))
+        self.prefill_queues.sent(pid, rid, len(token_ids), time.time())
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
         try:
@@ -451,6 +468,7 @@ class Router:
                 rid + "-prefill", token_ids, params, dict(PREFILL_KV_PARAMS))
             async for ref in gen:
                 item = await ref
+                self.last_output_s[pid] = time.time()
                 if last is None:
                     self._note_start(rid, pid, t_call, item)
                 last = item
@@ -478,7 +496,7 @@ class Router:
                       engine_s: dict[str, float | None] | None = None) -> AsyncIterator[dict]:
         self.inflight[wid] += 1
         if kv_params is None:
-            self.prefill_queues.sent(wid, rid, len(token_ids))
+            self.prefill_queues.sent(wid, rid, len(token_ids), time.time())
         first = True
         tpot_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[1]
         try:
@@ -502,7 +520,7 @@ class Router:
                 if new:
                     result.token_ids.extend(new)
                     result.token_times.extend([now] * len(new))
-                    self.last_token_s[wid] = now
+                    self.last_output_s[wid] = now
                     progress = self.decoding[wid].get(rid)
                     self.decoding[wid][rid] = (
                         DecodeProgress(now, len(new), req.max_tokens, tpot_slo_s) if progress is None

@@ -172,9 +172,15 @@ class RoutePredictor:
     def queue_s(self, worker: WorkerView) -> float:
         """Seconds until `worker` has prefilled the prompts queued on it, and sat out its stall
         (taken to last as long again as it has: schedulers/stall.py)."""
-        steps = self.step_model.chunked_prefill_steps_s(worker.num_queued_prefill_tokens, 0,
-                                                        self.chunk_tokens, self.decode_contexts(worker))
-        return sum(steps) * worker.speed_factor + worker.stall_s
+        return (self.prefill_queue_s(worker.num_queued_prefill_tokens, len(self.decode_contexts(worker)),
+                                     worker.speed_factor) + worker.stall_s)
+
+    def prefill_queue_s(self, num_tokens: int, num_decodes: int, speed_factor: float = 1.0) -> float:
+        """Seconds of the steps that prefill `num_tokens` queued prompt tokens beside `num_decodes`
+        decodes, at the worker's speed factor."""
+        steps = self.step_model.chunked_prefill_steps_s(num_tokens, 0, self.chunk_tokens,
+                                                        [self.decode_context_tokens] * num_decodes)
+        return sum(steps) * speed_factor
 
     def longest_step_s(self, num_decodes: int, speed_factor: float = 1.0, longest_prompt_tokens: int = 0) -> float:
         """The longest step a worker with `num_decodes` decodes could be taking: a full token

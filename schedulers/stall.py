@@ -9,6 +9,12 @@ emitted nothing for 4.31 s while its decodes were running; its event loop showed
 engine's own process stopped), and the router sent it nine more prompts, each predicted at
 35-110 ms, which waited 1.7-4.4 s for a first token while the other worker served at once.
 
+A prefill worker streams nothing: it gives a prompt's KV back when its prefill ends. While prompts
+wait on a worker and nothing streams from it, the longest it can take to give anything back is
+the step it was in when the oldest came plus the steps that prefill the whole queue; silence
+past that (from the oldest prompt's sending or the worker's last output, whichever is later) is
+a stall as well.
+
 How long a stall will last is not known when it is seen. What has lasted `s` seconds is taken to
 last `s` seconds more (the estimate that assumes nothing about the stall's length distribution
 beyond where it is now), so the stall adds that to the worker's queue in every prediction: a
@@ -22,8 +28,9 @@ STALL_TOLERANCE = 2.0  # silences up to this many longest steps are not stalls
 
 
 def stall_s(silent_s: float, longest_step_s: float, tolerance: float = STALL_TOLERANCE) -> float:
-    """Seconds of a worker's silence (no token while requests stream from it) beyond `tolerance`
-    times the longest step it could be running; 0 when within it."""
+    """Seconds of a worker's silence (nothing back while requests stream from it or prompts
+    wait on it) beyond `tolerance` times the longest it could take (`longest_step_s`: the
+    longest step, with the queue's prefill steps when only prompts wait); 0 when within it."""
     if silent_s < 0 or longest_step_s < 0 or tolerance < 1:
         raise ValueError(f"need silent_s >= 0, longest_step_s >= 0, tolerance >= 1; got "
                          f"{silent_s}, {longest_step_s}, {tolerance}")

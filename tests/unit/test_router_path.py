@@ -79,24 +79,61 @@ def test_the_view_prices_a_worker_by_the_tpot_slack_of_the_requests_it_streams(m
     assert Router._decode_slack_s(r, "idle", 0, 1.0) == float("inf")
 
 
-def test_the_view_counts_a_worker_silent_while_it_streams_as_stalled(monkeypatch, caplog):
+def _stall_router(decoding, last_output_s, roles):
     import collections
 
-    from schedulers.decode_slack import DecodeProgress
     from schedulers.prefill_queues import PrefillQueues
 
-    predictor = SimpleNamespace(longest_step_s=lambda n, speed, longest_prompt: 0.25 * speed)
-    r = SimpleNamespace(predictor=predictor, decoding={"w": {"a": DecodeProgress(100.0, 3, 32, 0.1)}, "idle": {}},
-                        prefill_queues=PrefillQueues(),
-                        last_token_s={"w": 100.0, "idle": 90.0}, stalled=set(), counters=collections.Counter())
+    # longest step 0.25 s at speed 1; a queued prompt's prefill 0.1 s per 1,000 tokens; the
+    # longer route's path 0.25 s
+    predictor = SimpleNamespace(longest_step_s=lambda n, speed, longest_prompt: 0.25 * speed,
+                                prefill_queue_s=lambda tokens, n, speed: 1e-4 * tokens * speed)
+    paths = {"colocated": SimpleNamespace(value=0.05), "disaggregated": SimpleNamespace(value=0.25)}
+    return SimpleNamespace(predictor=predictor, decoding=decoding, prefill_queues=PrefillQueues(), paths=paths,
+                           infos={w: SimpleNamespace(role=role) for w, role in roles.items()},
+                           last_output_s=last_output_s, stalled=set(), counters=collections.Counter())
+
+
+def test_the_view_counts_a_worker_silent_while_it_streams_as_stalled(monkeypatch, caplog):
+    from schedulers.decode_slack import DecodeProgress
+
+    r = _stall_router({"w": {"a": DecodeProgress(100.0, 3, 32, 0.1)}, "idle": {}},
+                      {"w": 100.0, "idle": 90.0}, {"w": "both", "idle": "both"})
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 100.4)
     assert Router._stall_s(r, "w", 1, 1.0) == 0.0  # 0.4 s: within two longest steps
-    assert Router._stall_s(r, "idle", 0, 1.0) == 0.0  # nothing streams from it: silence is no stall
+    assert Router._stall_s(r, "idle", 0, 1.0) == 0.0  # nothing streams from it or waits on it
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.5)
     with caplog.at_level("WARNING", logger="pd_serve.router"):
         assert Router._stall_s(r, "w", 1, 1.0) == pytest.approx(1.0)
         assert Router._stall_s(r, "w", 1, 1.0) == pytest.approx(1.0)
     assert r.counters["worker_stalls"] == 1 and r.stalled == {"w"}  # counted and logged once
     assert sum("no token for 1.50 s" in m for m in caplog.messages) == 1
-    r.last_token_s["w"] = 101.4  # it stepped again
+    r.last_output_s["w"] = 101.4  # it stepped again
     assert Router._stall_s(r, "w", 1, 1.0) == 0.0 and r.stalled == set()
+    r.prefill_queues.sent("idle", "q", 1000, 101.0)  # a decode-capable worker's first prompt: 0.1 s
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 102.0)
+    assert Router._stall_s(r, "idle", 0, 1.0) == pytest.approx(1.0 - 2 * (0.1 + 0.25))
+
+
+def test_a_prefill_worker_silent_past_its_oldest_prompt_is_stalled(monkeypatch, caplog):
+    r = _stall_router({"p": {}}, {"p": 50.0}, {"p": "prefill"})
+    r.prefill_queues.sent("p", "a", 2000, 100.0)  # 0.2 s of prefill
+    # Allowed: twice (the oldest prompt's 0.2 s + the longer path's 0.25 s) = 0.9 s from its sending.
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 100.85)
+    assert Router._stall_s(r, "p", 0, 1.0) == 0.0
+    r.prefill_queues.sent("p", "b", 3000, 100.85)  # a later prompt does not lengthen the wait
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.5)
+    with caplog.at_level("WARNING", logger="pd_serve.router"):
+        assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.6)
+        assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.6)
+    assert r.counters["worker_stalls"] == 1 and r.stalled == {"p"}  # counted and logged once
+    assert sum("no prefilled prompt for 1.50 s" in m and "2 prompts wait" in m for m in caplog.messages) == 1
+    # The first prompt's KV came back at 101.45: silence counts from then, over the next one's 0.3 s.
+    r.prefill_queues.prefilled("p", "a")
+    r.last_output_s["p"] = 101.45
+    assert Router._stall_s(r, "p", 0, 1.0) == 0.0 and r.stalled == set()
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 102.65)  # 1.2 s > 2 x (0.3 + 0.25)
+    assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.1)
+    assert Router._stall_s(r, "p", 0, 2.0) == 0.0  # a worker twice as slow: 2 x (0.6 + 0.25)
+    r.prefill_queues.prefilled("p", "b")  # nothing waits: no stall
+    assert Router._stall_s(r, "p", 0, 1.0) == 0.0

@@ -47,15 +47,28 @@ def test_the_adaptive_policy_reads_each_routes_path_from_the_view():
 
 def test_prefill_queues_count_each_prompt_once_and_know_the_longest():
     q = PrefillQueues()
-    assert q.num_tokens("w") == 0 and q.longest("w") == 0
-    q.sent("w", "a", 1000)
-    q.sent("w", "b", 500)
-    q.sent("v", "c", 64)
-    assert q.num_tokens("w") == 1500 and q.longest("w") == 1000
+    assert q.num_tokens("w") == 0 and q.longest("w") == 0 and q.oldest("w") is None
+    q.sent("w", "a", 1000, 10.0)
+    q.sent("w", "b", 500, 10.5)
+    q.sent("v", "c", 64, 9.0)
+    assert q.num_tokens("w") == 1500 and q.longest("w") == 1000 and q.num_prompts("w") == 2
+    assert q.oldest("w") == (10.0, 1000)  # where a silent prefill worker's stall counts from
     q.prefilled("w", "a")
     q.prefilled("w", "a")  # a second call (first token, then the stream's end) does nothing
-    assert q.num_tokens("w") == 500 and q.num_tokens("v") == 64
+    assert q.num_tokens("w") == 500 and q.num_tokens("v") == 64 and q.num_prompts("w") == 1
     assert q.longest("w") == 500  # what the stall rule's longest step is priced over
+    assert q.oldest("w") == (10.5, 500)
+
+
+def test_the_queue_is_its_prefill_steps_beside_the_workers_decodes_and_its_stall():
+    pred = RoutePredictor(_model(), chunk_tokens=2048)
+    steps = _model().chunked_prefill_steps_s(5000, 0, 2048, [1024] * 3)
+    assert len(steps) == 3
+    assert pred.prefill_queue_s(5000, 3, 1.5) == pytest.approx(1.5 * sum(steps))
+    both = WorkerView("w", "both", num_running=3, num_queued_prefill_tokens=5000, speed_factor=1.5, stall_s=0.4)
+    assert pred.queue_s(both) == pytest.approx(1.5 * sum(steps) + 0.4)
+    prefill = WorkerView("p", "prefill", num_running=3, num_queued_prefill_tokens=5000)  # runs no decodes
+    assert pred.queue_s(prefill) == pytest.approx(pred.prefill_queue_s(5000, 0))
 
 
 def test_the_path_estimate_is_the_recent_median_so_one_stall_does_not_move_it():
