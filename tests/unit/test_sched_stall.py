@@ -68,3 +68,18 @@ def test_the_adaptive_policy_sends_a_prompt_past_a_stalled_worker():
     assert policy.decide(request, view).decode_worker == "b1"
     view = ClusterView((busier, WorkerView("b1", "both", num_running=1, num_inflight=1, stall_s=0.8)), {})
     assert policy.decide(request, view).decode_worker == "b0"
+
+
+def test_the_adaptive_policy_keeps_a_prompt_off_a_stalled_prefill_worker():
+    # The decoder's streams have little TPOT slack: a colocated prefill would cost them 1.5 times
+    # it, so the prompt goes to the prefill worker; stalled for 0.5 s, that worker's TTFT misses
+    # by more, and the prompt stays colocated.
+    policy = AdaptivePolicy(MODEL)
+    request = RequestInfo("r", 1024, 16)
+    links = {("p", "b"): LinkEstimate(0.001, 25e9)}
+    both = WorkerView("b", "both", num_running=4, decode_slack_s=0.05)
+    assert policy.decide(request, ClusterView((WorkerView("p", "prefill"), both), links)).route == "disaggregated"
+    stalled = ClusterView((WorkerView("p", "prefill", stall_s=0.5), both), links)
+    decision = policy.decide(request, stalled)
+    assert decision.route == "colocated"
+    assert decision.predictions["disaggregated.queue_s"] >= 0.5
