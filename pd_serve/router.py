@@ -242,11 +242,10 @@ class Router:
             return 0.0
         # vLLM counts a prefill worker's prompts as running: none of them decodes
         num_decodes = 0 if self.infos[wid].role == ROLE_PREFILL else max(num_running, len(self.decoding[wid]))
-        oldest = self.prefill_queues.oldest(wid)
         if self.decoding[wid]:  # entered at its first token, after last_output_s was set
             since_s, what = self.last_output_s[wid], "token"
             longest_wait_s = self.predictor.longest_step_s(num_decodes, speed, self.prefill_queues.longest(wid))
-        elif oldest is not None:
+        elif (oldest := self.prefill_queues.oldest(wid)) is not None:
             sent_s, num_tokens = oldest
             since_s = max(sent_s, self.last_output_s.get(wid, sent_s))
             longest_wait_s = (self.predictor.prefill_queue_s(num_tokens, num_decodes, speed)

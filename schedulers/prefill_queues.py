@@ -18,33 +18,31 @@ import collections
 
 class PrefillQueues:
     def __init__(self) -> None:
-        self._prompts: dict[str, dict[str, int]] = collections.defaultdict(dict)
-        self._sent_s: dict[str, dict[str, float]] = collections.defaultdict(dict)
+        # per worker: request key -> (prompt tokens, when it was sent)
+        self._prompts: dict[str, dict[str, tuple[int, float]]] = collections.defaultdict(dict)
 
     def sent(self, worker_id: str, key: str, num_tokens: int, sent_s: float = 0.0) -> None:
         """A prompt of `num_tokens` to prefill went to `worker_id` at `sent_s` (the caller's clock)."""
-        self._prompts[worker_id][key] = num_tokens
-        self._sent_s[worker_id][key] = sent_s
+        self._prompts[worker_id][key] = (num_tokens, sent_s)
 
     def prefilled(self, worker_id: str, key: str) -> None:
         """Its prefill ended (first token or KV ready) or it failed; a second call does nothing."""
         self._prompts[worker_id].pop(key, None)
-        self._sent_s[worker_id].pop(key, None)
 
     def num_tokens(self, worker_id: str) -> int:
-        return sum(self._prompts[worker_id].values())
+        return sum(n for n, _ in self._prompts[worker_id].values())
 
     def num_prompts(self, worker_id: str) -> int:
         return len(self._prompts[worker_id])
 
     def longest(self, worker_id: str) -> int:
         """The longest prompt queued on `worker_id` (0: none)."""
-        return max(self._prompts[worker_id].values(), default=0)
+        return max((n for n, _ in self._prompts[worker_id].values()), default=0)
 
     def oldest(self, worker_id: str) -> tuple[float, int] | None:
         """When the longest-queued prompt on `worker_id` was sent, and its tokens (None: none)."""
-        sent = self._sent_s[worker_id]
-        if not sent:
+        prompts = self._prompts[worker_id].values()
+        if not prompts:
             return None
-        key = min(sent, key=sent.__getitem__)
-        return sent[key], self._prompts[worker_id][key]
+        num_tokens, sent_s = min(prompts, key=lambda p: p[1])
+        return sent_s, num_tokens

@@ -1,4 +1,4 @@
-"""How long a worker has been stuck: silent past the longest step it could be taking.
+"""How long a worker has been stuck: silent past the longest it could take to give anything back.
 
 A worker with requests decoding emits a token for each of them at the end of every step (vLLM
 schedules running decodes first, in every step, beside any prefill chunk), and no step is longer
@@ -11,9 +11,10 @@ engine's own process stopped), and the router sent it nine more prompts, each pr
 
 A prefill worker streams nothing: it gives a prompt's KV back when its prefill ends. While prompts
 wait on a worker and nothing streams from it, the longest it can take to give anything back is
-the step it was in when the oldest came plus the steps that prefill the whole queue; silence
-past that (from the oldest prompt's sending or the worker's last output, whichever is later) is
-a stall as well.
+the oldest prompt's prefill (vLLM runs a worker's prompts first come, first served) plus the
+path outside the engines; silence past that (from the oldest prompt's sending or the worker's
+last output, whichever is later) is a stall as well. Prompts sent later do not lengthen the
+wait: one sent to a stopped worker would otherwise hide the stop.
 
 How long a stall will last is not known when it is seen. What has lasted `s` seconds is taken to
 last `s` seconds more (the estimate that assumes nothing about the stall's length distribution
@@ -30,7 +31,8 @@ STALL_TOLERANCE = 2.0  # silences up to this many longest steps are not stalls
 def stall_s(silent_s: float, longest_step_s: float, tolerance: float = STALL_TOLERANCE) -> float:
     """Seconds of a worker's silence (nothing back while requests stream from it or prompts
     wait on it) beyond `tolerance` times the longest it could take (`longest_step_s`: the
-    longest step, with the queue's prefill steps when only prompts wait); 0 when within it."""
+    longest step, or the oldest prompt's prefill and the path when only prompts wait); 0 when
+    within it."""
     if silent_s < 0 or longest_step_s < 0 or tolerance < 1:
         raise ValueError(f"need silent_s >= 0, longest_step_s >= 0, tolerance >= 1; got "
                          f"{silent_s}, {longest_step_s}, {tolerance}")

@@ -63,8 +63,8 @@ class WorkerView:
     # delay they can still take in all; inf when none is at stake; None when the view does not
     # track it (a prefill's longest step is then held against the TPOT SLO instead).
     decode_slack_s: float | None = None
-    # Seconds the worker has been silent while requests stream from it, beyond the longest step
-    # it could be taking (schedulers/stall.py): added to its queue in every prediction.
+    # Seconds the worker has been silent while requests stream from it or prompts wait on it,
+    # beyond the longest it could take (schedulers/stall.py): added to its queue in every prediction.
     stall_s: float = 0.0
 
     def __post_init__(self) -> None:
