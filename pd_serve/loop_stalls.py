@@ -45,7 +45,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from typing import Any
 
 from pd_serve.os_clocks import OsClocks, between, what_held
@@ -61,10 +60,19 @@ DUMP_CHARS = 12000   # at most this much of one dump is kept
 
 
 def _stack_of(thread_id: int, frames: int) -> list[str]:
+    """The innermost `frames` of a running thread's Python stack, outermost first.
+
+    Walks only those frames and reads no source: `traceback.extract_stack` walked the whole stack
+    and read each frame's line from its file, and that I/O let the thread run on, changing the
+    very frames being walked. A worker actor died of it at start-up, in `PyFrame_GetBack`
+    (SIGSEGV, CPython 3.11.7, 2026-12-02), while its loop was held by vLLM's imports. This walk
+    is a few microseconds with the GIL held."""
     frame = sys._current_frames().get(thread_id)
-    if frame is None:
-        return []
-    return [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_stack(frame)[-frames:]]
+    out = []
+    while frame is not None and len(out) < frames:
+        out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    return out[::-1]
 
 
 class LoopStalls:
