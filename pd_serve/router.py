@@ -25,6 +25,7 @@ from pd_serve.config import DeploymentConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
+from pd_serve.output_streams import OutputStreams
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
@@ -148,6 +149,8 @@ class Router:
         self._tokenizer_path = tokenizer_path
         self._tokenizer = None
         self._poll_task: asyncio.Task | None = None
+        # Every request's outputs come from its worker on one stream per worker (output_streams.py).
+        self.outputs = OutputStreams(self._worker_outputs, self._abort_on_worker)
 
     def _build_auto_policy(self):
         sched = self.config.scheduler
@@ -159,6 +162,14 @@ class Router:
             params.setdefault("slo_table", self.slo_table)
             params.setdefault("chunk_tokens", self.chunk_tokens)
         return make_policy(sched.policy, **params)
+
+    async def _worker_outputs(self, wid: str) -> AsyncIterator[list]:
+        async for ref in self.workers[wid].outputs.options(num_returns="streaming").remote():
+            yield await ref
+
+    def _abort_on_worker(self, wid: str, rid: str) -> None:
+        if self.healthy.get(wid, False):
+            self.workers[wid].abort.remote(rid)  # the worker cancels it; nothing to wait for
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def ready(self) -> dict:
@@ -463,10 +474,9 @@ class Router:
         last = None
         try:
             t_call = time.time()
-            gen = self.workers[pid].generate.options(num_returns="streaming").remote(
-                rid + "-prefill", token_ids, params, dict(PREFILL_KV_PARAMS))
-            async for ref in gen:
-                item = await ref
+            prefill_rid = rid + "-prefill"
+            async for item in self.outputs.stream(pid, prefill_rid, lambda: self.workers[pid].submit.remote(
+                    prefill_rid, token_ids, params, dict(PREFILL_KV_PARAMS))):
                 self.last_output_s[pid] = time.time()
                 if last is None:
                     self._note_start(rid, pid, t_call, item)
@@ -500,10 +510,8 @@ class Router:
         tpot_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[1]
         try:
             t_call = time.time()
-            gen = self.workers[wid].generate.options(num_returns="streaming").remote(
-                rid, token_ids, req.sampling_params(), kv_params)
-            async for ref in gen:
-                item = await ref
+            async for item in self.outputs.stream(wid, rid, lambda: self.workers[wid].submit.remote(
+                    rid, token_ids, req.sampling_params(), kv_params)):
                 now = time.time()
                 if first:
                     first = False

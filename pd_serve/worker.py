@@ -5,8 +5,11 @@ until a decode worker has read them; `decode` pulls KV blocks over the connector
 `both` also prefills locally with chunked prefill. Every worker carries the KV connector
 (`kv_both`), so any worker can take either side of a transfer when the router asks.
 
-The actor is async: `generate` is a streaming generator the router iterates token by token; the
-engine's own statistics (engine_stats.py) give load, per-step timings and transfer records.
+The actor is async. `generate` streams one request, a dict per engine output. The router instead
+starts requests with `submit` and reads every request's outputs from the one stream `outputs`
+gives it (output_streams.py: a Ray stream item costs CPU, one per engine step beats one per
+token). The engine's own statistics (engine_stats.py) give load, per-step timings and transfer
+records.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Any, AsyncIterator
 from pd_serve.config import EngineConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
+from pd_serve.output_streams import Outbox
 from pd_serve.prompts import random_prompt
 from transfer.probe_host import ProbeHost
 
@@ -117,6 +121,8 @@ class EngineWorker(ProbeHost):
         self.num_inflight = 0
         self.num_queued_prefill_tokens = 0
         self._stats = None
+        self._outbox = Outbox()  # what `submit`ted requests put out, for `outputs`
+        self._submitted: dict[str, asyncio.Task] = {}
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
         # its event loop watched from start() on (loop_stalls.py)
         self.loop = LoopStalls(dump_after_s=spec.stack_dump_after_s)
@@ -246,9 +252,50 @@ class EngineWorker(ProbeHost):
             if first and is_local_prefill:
                 self.num_queued_prefill_tokens -= len(prompt_token_ids)
 
+    async def submit(self, request_id: str, prompt_token_ids: list[int], params: dict,
+                     kv_transfer_params: dict | None = None) -> None:
+        """Start one request as `generate` would; its outputs go out on `outputs` as
+        (request_id, item), and a failure as an item {"error": ...}."""
+        if request_id in self._submitted:
+            raise ValueError(f"request {request_id} is already running on {self.spec.worker_id}")
+        self._submitted[request_id] = asyncio.get_running_loop().create_task(
+            self._run_submitted(request_id, prompt_token_ids, params, kv_transfer_params))
+
+    async def _run_submitted(self, request_id: str, prompt_token_ids: list[int], params: dict,
+                             kv_transfer_params: dict | None) -> None:
+        try:
+            async for item in self.generate(request_id, prompt_token_ids, params, kv_transfer_params):
+                self._outbox.put(request_id, item)
+        except asyncio.CancelledError:  # aborted: vLLM has let the request go; nobody waits for it
+            raise
+        except Exception as err:
+            logger.warning("request %s failed on %s: %s", request_id, self.spec.worker_id, err)
+            self._outbox.put(request_id, {"error": f"{type(err).__name__}: {err}"})
+        finally:
+            self._submitted.pop(request_id, None)
+
+    async def outputs(self) -> AsyncIterator[list[tuple[str, dict]]]:
+        """Every submitted request's outputs, a list per batch (output_streams.py); forever. A
+        new call takes over from the previous one."""
+        async for batch in self._outbox.batches():
+            yield batch
+
     async def abort(self, request_id: str) -> None:
-        if self.engine is not None:
+        """Stop a request: a submitted one's task (vLLM aborts what the task was waiting for),
+        else the engine's request of that id."""
+        task = self._submitted.get(request_id)
+        if task is not None:
+            task.cancel()
+        elif self.engine is not None:
             await self.engine.abort(request_id)
+
+    async def num_submitted(self) -> int:
+        """Requests started with `submit` and not yet finished (none after a batch: nothing leaked)."""
+        return len(self._submitted)
+
+    async def outputs_sent(self) -> dict[str, int]:
+        """Outputs sent on `outputs` so far, and in how many batches (Ray stream items)."""
+        return {"items": self._outbox.num_items, "batches": self._outbox.num_batches}
 
     async def calibrate(self, salt: int = 0) -> dict[str, list]:
         """Run the calibration probes on this engine: StepSample dicts and step gaps (see

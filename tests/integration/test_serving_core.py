@@ -178,6 +178,30 @@ def test_kv_cache_returns_to_zero_after_a_batch(hybrid):
     assert all(u == 0.0 for u in usage.values()), usage
 
 
+@pytest.mark.parametrize("route", ["colocated", "disaggregated"])
+def test_a_request_its_client_leaves_stops_on_its_worker(hybrid, route):
+    from pd_serve.request import make_request
+
+    # As the frontends do when their client goes (frontend/backend.py): cancel the router's call.
+    req = make_request(None, distinct_prompt(400, 900 + len(route)), 4000, 0.0, True, route)
+    gen = hybrid.router.generate.options(num_returns="streaming").remote(req)
+    for _ in range(3):
+        assert ray.get(next(gen))["type"] == "token"
+    ray.cancel(gen)
+    deadline = time.time() + 30
+    while True:
+        left = {w: ray.get(h.num_submitted.remote()) for w, h in hybrid.workers.items()}
+        usage = {w: load["kv_cache_usage"] for w, load in hybrid.worker_loads().items()}
+        streaming = ray.get(hybrid.router.__ray_call__.remote(lambda self: self.outputs.num_streaming()))
+        if (not any(left.values()) and not any(usage.values()) and not streaming) or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert not any(left.values()) and not streaming, (left, streaming)
+    assert all(u == 0.0 for u in usage.values()), usage
+    # and the deployment serves on
+    assert hybrid.generate(prompt_token_ids=distinct_prompt(100, 950), max_tokens=4, route=route).token_ids
+
+
 def _router_log_lines(dep) -> list[str]:
     """What the router actor wrote to stderr, from the Ray session's log folder."""
     pid = ray.get(dep.router.__ray_call__.remote(lambda self: os.getpid()))

@@ -1,0 +1,152 @@
+"""One stream per worker carries every request's outputs (pd_serve/output_streams.py)."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pd_serve.output_streams import Outbox, OutputStreams, WorkerRequestError
+
+
+class FakeWorker:
+    """A worker's submit, abort and outputs, with an Outbox, run in the test's loop."""
+
+    def __init__(self) -> None:
+        self.outbox = Outbox()
+        self.aborted: list[str] = []
+        self.submitted: list[str] = []
+        self.fail_stream: BaseException | None = None
+
+    async def submit(self, rid: str) -> None:
+        self.submitted.append(rid)
+
+    async def outputs(self):
+        async for batch in self.outbox.batches():
+            if self.fail_stream is not None:
+                raise self.fail_stream
+            yield batch
+
+
+def streams_for(workers: dict[str, FakeWorker]) -> OutputStreams:
+    return OutputStreams(lambda wid: workers[wid].outputs(),
+                         lambda wid, rid: workers[wid].aborted.append(rid))
+
+
+async def collect(streams: OutputStreams, wid: str, rid: str, worker: FakeWorker) -> list[dict]:
+    return [item async for item in streams.stream(wid, rid, lambda: worker.submit(rid))]
+
+
+def test_one_step_of_many_requests_goes_out_as_one_batch():
+    async def main():
+        box = Outbox()
+        batches = box.batches()
+        for rid in ("a", "b", "c"):
+            box.put(rid, {"token_ids": [1]})
+        first = await batches.__anext__()
+        box.put("a", {"token_ids": [2]})
+        second = await batches.__anext__()
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert [rid for rid, _ in first] == ["a", "b", "c"]
+    assert second == [("a", {"token_ids": [2]})]
+
+
+def test_a_new_reader_takes_the_stream_over():
+    async def main():
+        box = Outbox()
+        old, new = box.batches(), box.batches()
+        old_next = asyncio.ensure_future(old.__anext__())
+        await asyncio.sleep(0)
+        new_next = asyncio.ensure_future(new.__anext__())  # the newer reader
+        await asyncio.sleep(0)
+        box.put("a", {"n": 1})
+        got = await new_next
+        with pytest.raises(StopAsyncIteration):
+            await old_next
+        return got
+
+    assert asyncio.run(main()) == [("a", {"n": 1})]
+
+
+def test_each_request_gets_its_own_outputs_in_order_up_to_its_last():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        tasks = [asyncio.ensure_future(collect(streams, "w0", rid, w)) for rid in ("a", "b")]
+        await asyncio.sleep(0.01)
+        for n in range(3):
+            w.outbox.put("a", {"n": n, "finished": n == 2})
+            w.outbox.put("b", {"n": 10 + n, "finished": n == 2})
+            w.outbox.put("gone", {"n": -1})  # a request nobody waits for any more: dropped
+            await asyncio.sleep(0.01)
+        a, b = await asyncio.gather(*tasks)
+        return a, b, w, streams
+
+    a, b, w, streams = asyncio.run(main())
+    assert [i["n"] for i in a] == [0, 1, 2] and [i["n"] for i in b] == [10, 11, 12]
+    assert w.submitted == ["a", "b"] and w.aborted == []  # both finished: nothing to abort
+    assert streams.num_streaming() == 0
+
+
+def test_a_request_left_before_its_end_is_aborted_on_its_worker():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        gen = streams.stream("w0", "a", lambda: w.submit("a"))
+        nxt = asyncio.ensure_future(gen.__anext__())
+        await asyncio.sleep(0.01)
+        w.outbox.put("a", {"n": 0, "finished": False})
+        assert (await nxt)["n"] == 0
+        await gen.aclose()  # the client left
+        return w, streams
+
+    w, streams = asyncio.run(main())
+    assert w.aborted == ["a"] and streams.num_streaming("w0") == 0
+
+
+def test_a_failed_stream_raises_in_each_of_its_workers_requests_only():
+    async def main():
+        bad, good = FakeWorker(), FakeWorker()
+        streams = streams_for({"bad": bad, "good": good})
+        on_bad = [asyncio.ensure_future(collect(streams, "bad", rid, bad)) for rid in ("a", "b")]
+        on_good = asyncio.ensure_future(collect(streams, "good", "c", good))
+        await asyncio.sleep(0.01)
+        bad.fail_stream = RuntimeError("actor died")
+        bad.outbox.put("a", {"n": 0})
+        good.outbox.put("c", {"n": 0, "finished": True})
+        results = await asyncio.gather(*on_bad, return_exceptions=True)
+        return results, await on_good, bad
+
+    results, good_items, bad = asyncio.run(main())
+    assert all(isinstance(r, RuntimeError) and "actor died" in str(r) for r in results)
+    assert bad.aborted == []  # its stream failed: nothing to abort there
+    assert good_items == [{"n": 0, "finished": True}]
+
+
+def test_a_request_that_failed_on_its_worker_raises_its_error():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        task = asyncio.ensure_future(collect(streams, "w0", "a", w))
+        await asyncio.sleep(0.01)
+        w.outbox.put("a", {"error": "ValueError: too long"})
+        return await asyncio.gather(task, return_exceptions=True), w
+
+    (err,), w = asyncio.run(main())
+    assert isinstance(err, WorkerRequestError) and "too long" in str(err) and "w0" in str(err)
+    assert w.aborted == []
+
+
+def test_the_same_request_twice_on_one_worker_is_refused():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        first = asyncio.ensure_future(collect(streams, "w0", "a", w))
+        await asyncio.sleep(0.01)
+        with pytest.raises(ValueError, match="already running"):
+            await collect(streams, "w0", "a", w)
+        w.outbox.put("a", {"finished": True})
+        await first
+
+    asyncio.run(main())
