@@ -95,6 +95,11 @@ class RoutePrediction:
                 + self.decode_wait_s + self.first_step_s + self.path_s)
 
     @property
+    def through_stall(self) -> bool:
+        """A worker on this route has been seen stalled (stall.py): it may not serve at all."""
+        return any(w is not None and w.stall_s > 0 for w in (self.prefill_worker, self.decode_worker))
+
+    @property
     def decoder_engine_s(self) -> float:
         """Engine time this route takes from decode-capable workers, the ones running requests
         depend on: all of it when colocated; on a prefill-only P, only D's first step."""

@@ -28,6 +28,12 @@ def _decoder_time_key(p: RoutePrediction) -> tuple:
     return (p.decoder_engine_s, p.engine_s, p.route != ROUTE_COLOCATED)
 
 
+def _lost_key(p: RoutePrediction) -> tuple:
+    """Lost either way: not through a stalled worker, which may never serve it (a stopped
+    process); then as `_decoder_time_key`."""
+    return (p.through_stall,) + _decoder_time_key(p)
+
+
 def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
                   lost_ttft_ratio: float) -> RoutePrediction:
     if a.meets_slo != b.meets_slo:
@@ -35,7 +41,7 @@ def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
     if a.meets_slo:
         return min(a, b, key=_worker_time_key)
     if min(a.ttft_s / a.ttft_slo_s, b.ttft_s / b.ttft_slo_s) > lost_ttft_ratio:
-        return min(a, b, key=_decoder_time_key)
+        return min(a, b, key=_lost_key)
     lo, hi = sorted((a, b), key=lambda p: p.violation)
     if hi.violation > lo.violation * (1 + tolerance):
         return lo
@@ -74,7 +80,9 @@ class AdaptivePolicy:
     its SLO either way thus goes to a prefill-only worker, keeping the decoder free for what
     arrives next. When both routes put the TTFT past `lost_ttft_ratio` times its SLO, the request
     is lost to goodput whichever it takes (no prediction here errs by that much), so the choice
-    is only what it costs the others: the one taking less from decode-capable workers. Measured
+    is only what it costs the others: the one taking less from decode-capable workers, unless
+    it passes a stalled worker and the other does not (stall.py: a stopped process may never
+    serve it; hybrid's prefill worker stopped for 3 s took 1-5 of 5 lost prompts before). Measured
     (hybrid at 2.1 req/s on this CPU, 2026-12-02): a 3,922-token prompt predicted at 18x its SLO
     colocated and 36x disaggregated went colocated by the least violation, held the only decoder
     for 4.2 s, and the 12 requests after it waited 0.7-4.4 s for their first tokens.

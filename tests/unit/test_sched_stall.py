@@ -83,3 +83,24 @@ def test_the_adaptive_policy_keeps_a_prompt_off_a_stalled_prefill_worker():
     decision = policy.decide(request, stalled)
     assert decision.route == "colocated"
     assert decision.predictions["disaggregated.queue_s"] >= 0.5
+
+
+def test_a_prompt_lost_either_way_goes_past_a_stalled_prefill_worker():
+    # Both routes miss the TTFT SLO by more than twice (a 4,096-token prompt on a slow host):
+    # the lost-request rule spares the decoder and sends it to the prefill worker, unless that
+    # worker is stalled, where it might never be served.
+    from schedulers.hardware import HardwareSpec
+
+    slow = HardwareSpec.calibrated("slow", achieved_flops=50e9, achieved_bytes_per_s=20e9)
+    policy = AdaptivePolicy(StepTimeModel.from_roofline(MODEL_SPECS["llama-3-8b"], slow))
+    request = RequestInfo("r", 4096, 16)
+    links = {("p", "b"): LinkEstimate(0.0001, 5e9)}
+    both = WorkerView("b", "both")
+    healthy = policy.decide(request, ClusterView((WorkerView("p", "prefill"), both), links))
+    assert healthy.route == "disaggregated"
+    assert healthy.predictions["colocated.ttft_s"] > 2 * healthy.predictions["ttft_slo_s"]
+    stalled = policy.decide(request, ClusterView((WorkerView("p", "prefill", stall_s=0.5), both), links))
+    assert stalled.route == "colocated"
+    # A stalled decoder too: no route is clear of the stall, and the decoder is spared again.
+    both_stalled = ClusterView((WorkerView("p", "prefill", stall_s=0.5), WorkerView("b", "both", stall_s=0.5)), links)
+    assert policy.decide(request, both_stalled).route == "disaggregated"
