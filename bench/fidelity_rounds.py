@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from bench.compare import RATES_SYSTEMS
+from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
@@ -85,10 +86,12 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
 
     pooled_rows = []
     for label, rate in keys:
+        live_pooled_records = [r for run in live_runs for r in run[(label, rate)]]
         live_pool = pooled_summary([run[(label, rate)] for run in live_runs], slo)
         sim_pool = pooled_summary([run[(label, rate)] for run in sim_runs], slo)
         pooled_rows.append({"system": label, "rate": rate, "requests": live_pool["num_requests"],
-                            "metrics": compare_summaries(live_pool, sim_pool, tolerance)})
+                            "metrics": compare_summaries(live_pool, sim_pool, tolerance),
+                            "spread": spread(live_pooled_records, tolerance)})
 
     held_out = []
     for k, name in enumerate(top["round_dirs"]):
@@ -106,6 +109,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
             "pooled_rows": pooled_rows, "held_out": held_out,
             "pooled_within_tolerance": sum(m["ok"] for r in pooled_rows for m in r["metrics"].values()),
             "pooled_checks": sum(len(r["metrics"]) for r in pooled_rows),
+            "pooled_spread": spread_counts(pooled_rows),
             "round_rows": own_rows}
 
 

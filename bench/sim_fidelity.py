@@ -550,6 +550,7 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     """A `--rounds R` sweep: every round simulated with its own measurements, pooled, and each
     round held against the others' live pool (bench.fidelity_rounds)."""
     from bench.fidelity_rounds import fidelity_over_rounds, held_out_table
+    from bench.live_spread import spread_table
 
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     for name in live["round_dirs"]:
@@ -565,6 +566,13 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
           f"with its own measurements; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
     print(fidelity_table(result["pooled_rows"], args.tolerance))
     print(f"\n{result['pooled_within_tolerance']}/{result['pooled_checks']} within {args.tolerance:.0%}, pooled")
+    counts = result["pooled_spread"]
+    print(f"\nHow well the live pool pins each figure: its 95% bootstrap interval over the requests "
+          f"(bench.live_spread; a lower bound), ! where it reaches past {args.tolerance:.0%}, 'in' where the "
+          f"simulated figure lies inside it\n")
+    print(spread_table(result["pooled_rows"]))
+    print(f"\nlive figures pinned within {args.tolerance:.0%}: {counts['pinned']}/{counts['figures']}; simulated "
+          f"within {args.tolerance:.0%} or inside the live interval: {counts['within_or_inside']}/{counts['figures']}")
     print(f"\nEach round against the other rounds' live pool: figures within {args.tolerance:.0%}, the live "
           f"round's (how well the live system predicts itself) beside the simulated round's\n")
     print(held_out_table(result["held_out"]))
