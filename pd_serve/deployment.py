@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
+from pd_serve.caller_streams import CallerStreams
 from pd_serve.config import DeploymentConfig, as_config
 from pd_serve.link_probe import probe_links, transfer_pairs
 from pd_serve.frontend.settings import FrontendAddresses, FrontendSettings, ModelInfo  # [frontdoors]
@@ -23,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 NAMESPACE = "pd_serve"
 WORKER_SHUTDOWN_TIMEOUT_S = 30
+_STREAMS_LOCK = threading.Lock()  # one CallerStreams per Deployment, whichever thread asks first
 
 
 def resolve_model(model: str) -> str:
@@ -84,6 +88,7 @@ class Deployment:
     frontend: Any = None  # [frontdoors] the actor serving gRPC/HTTP, None when no server runs
     addresses: FrontendAddresses | None = None  # [frontdoors] where those servers listen
     _closed: bool = False
+    _streams: CallerStreams | None = None  # made by the first request (_caller_streams)
 
     def phases_text(self) -> str:
         """'model 0.0s, ray 2.0s, engines 19.8s, ...': the start-up phases' seconds."""
@@ -98,19 +103,29 @@ class Deployment:
         import ray
 
         req = make_request(prompt, prompt_token_ids, max_tokens, temperature, ignore_eos, route, **kw)
-        gen = self.router.generate.options(num_returns="streaming").remote(req)
-        timeout = self.config.router.request_timeout_s
-        for ref in gen:
+        if not req.request_id:
+            req = replace(req, request_id=uuid.uuid4().hex)
+        items = self._caller_streams().stream(req, self.config.router.request_timeout_s)
+        while True:
             try:
-                item = ray.get(ref, timeout=timeout)
+                item = next(items, None)
             except ray.exceptions.RayTaskError as err:
                 # Bad input is the caller's error: raise it as itself, not wrapped in Ray's trace.
                 if isinstance(err.cause, InvalidRequestError):
                     raise err.cause from None
                 raise
+            if item is None:
+                return
             if item["type"] == "result":
                 item = {"type": "result", "result": GenerateResult(**item["result"])}
             yield item
+
+    def _caller_streams(self) -> CallerStreams:
+        """This process's end of the router's stream for it (caller_streams.py), made once."""
+        with _STREAMS_LOCK:
+            if self._streams is None:
+                self._streams = CallerStreams(self.router)
+            return self._streams
 
     def generate(self, prompt: str | None = None, prompt_token_ids: Sequence[int] | None = None,
                  max_tokens: int = 16, temperature: float = 0.0, ignore_eos: bool = False,
@@ -152,6 +167,8 @@ class Deployment:
         if self._closed:
             return
         self._closed = True
+        if self._streams is not None:
+            self._streams.close()
         if self.frontend is not None:  # [frontdoors] stop taking requests first
             from pd_serve.frontend.actor import stop_frontend
             stop_frontend(self.frontend)

@@ -1,4 +1,4 @@
-"""Every request's outputs from a worker to the router over one Ray stream per worker.
+"""Many requests' items over one Ray stream: from a worker to the router, from the router to a caller.
 
 A Ray streaming generator costs CPU for every item it carries, whatever the item holds.
 Measured here (`python -m bench.ray_stream_cost`, Ray 2.60, this 2-core host, 2026-12-02; every
@@ -12,6 +12,9 @@ So a worker puts each request's outputs in its `Outbox` and sends them to the ro
 stream, a list per turn of its event loop: vLLM's front-end hands out a whole engine step's
 outputs at once, so a list holds one output of every request the step advanced. The router
 reads that stream once per worker (`OutputStreams`) and gives each request its own items.
+The router does the same for its callers (a frontend actor, a `Deployment` in a driver): one
+stream per caller carries the items of all its requests (`Router.submit` / `Router.outputs`,
+caller_streams.py).
 
 On the CPU deployments the batches are small (2.9 outputs on average on the disaggregated
 decode worker at 7 req/s), and the request path's CPU per token did not change beyond the
@@ -44,24 +47,33 @@ class Outbox:
         self._items.append((request_id, item))
         self._ready.set()
 
+    @property
+    def is_read(self) -> bool:
+        """A reader is taking the batches."""
+        return self._reader is not None
+
     async def batches(self) -> AsyncIterator[Batch]:
         """What was put since the last batch, as it comes; forever. A newer reader takes over
         (a router that opens the stream again) and this one ends, so no output is split
         between two readers."""
         self._reader = me = object()
-        while True:
-            await self._ready.wait()
-            # The requests of the same engine step are woken one after another in this turn of
-            # the loop: one more turn lets all of them put their outputs in this batch.
-            await asyncio.sleep(0)
-            if self._reader is not me:
-                return
-            self._ready.clear()
-            batch, self._items = self._items, []
-            if batch:
-                self.num_items += len(batch)
-                self.num_batches += 1
-                yield batch
+        try:
+            while True:
+                await self._ready.wait()
+                # The requests of the same engine step are woken one after another in this turn
+                # of the loop: one more turn lets all of them put their outputs in this batch.
+                await asyncio.sleep(0)
+                if self._reader is not me:
+                    return
+                self._ready.clear()
+                batch, self._items = self._items, []
+                if batch:
+                    self.num_items += len(batch)
+                    self.num_batches += 1
+                    yield batch
+        finally:
+            if self._reader is me:
+                self._reader = None
 
 
 class OutputStreams:
@@ -69,12 +81,16 @@ class OutputStreams:
 
     `open_stream(worker_id)`: the worker's batches (an async iterator; opening it again takes the
     stream over). `abort(worker_id, request_id)`: stop a request the caller left, without
-    waiting (fire and forget)."""
+    waiting (fire and forget). `is_last(item)`: the item that ends a request (a worker's
+    `finished` output by default). An item {"error": e} ends it too and raises e where e is an
+    exception (as the router sends them), else a WorkerRequestError saying e."""
 
     def __init__(self, open_stream: Callable[[str], AsyncIterator[Batch]],
-                 abort: Callable[[str, str], Any]):
+                 abort: Callable[[str, str], Any],
+                 is_last: Callable[[dict], bool] = lambda item: bool(item.get("finished"))):
         self._open = open_stream
         self._abort = abort
+        self._is_last = is_last
         self._queues: dict[tuple[str, str], asyncio.Queue] = {}
         self._pumps: dict[str, asyncio.Task] = {}
 
@@ -103,9 +119,12 @@ class OutputStreams:
                     submitted = False  # the worker's stream failed: nothing there to abort
                     raise item
                 if "error" in item:
-                    finished = True  # it ended on the worker
-                    raise WorkerRequestError(f"request {request_id} on {worker_id}: {item['error']}")
-                finished = bool(item.get("finished"))
+                    finished = True  # it ended where it ran
+                    err = item["error"]
+                    if isinstance(err, BaseException):
+                        raise err
+                    raise WorkerRequestError(f"request {request_id} on {worker_id}: {err}")
+                finished = self._is_last(item)
                 yield item
                 if finished:
                     return

@@ -25,7 +25,7 @@ from pd_serve.config import DeploymentConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
-from pd_serve.output_streams import OutputStreams
+from pd_serve.output_streams import Outbox, OutputStreams
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
@@ -150,7 +150,10 @@ class Router:
         self._tokenizer = None
         self._poll_task: asyncio.Task | None = None
         # Every request's outputs come from its worker on one stream per worker (output_streams.py).
-        self.outputs = OutputStreams(self._worker_outputs, self._abort_on_worker)
+        self.worker_streams = OutputStreams(self._worker_outputs, self._abort_on_worker)
+        # Each caller's (a frontend actor, a Deployment) requests' items, on one stream per caller.
+        self._caller_outboxes: dict[str, Outbox] = {}
+        self._caller_tasks: dict[str, tuple[str, asyncio.Task]] = {}  # request id -> (caller, task)
 
     def _build_auto_policy(self):
         sched = self.config.scheduler
@@ -366,6 +369,57 @@ class Router:
         finally:
             self._load_at_decision.pop(rid, None)  # also when the request failed or was cancelled
 
+    # ---- a caller's requests on one stream (output_streams.py) -------------------------------
+    async def submit(self, caller: str, req: GenerateRequest) -> None:
+        """Start `req` (its `request_id` set) for `caller`: its items, as `generate` yields them,
+        go out on `outputs(caller)` as (request id, item); a failure as {"error": exception}.
+        One stream per caller carries all its requests, an item per turn of this loop: a Ray
+        stream item costs CPU whatever it holds (output_streams.py)."""
+        rid = req.request_id
+        if not rid:
+            raise ValueError("submit needs the request's request_id (the caller keys its items by it)")
+        if rid in self._caller_tasks:
+            from pd_serve.request import InvalidRequestError
+            raise InvalidRequestError(f"request_id {rid!r} is already in flight")
+        outbox = self._caller_outboxes.setdefault(caller, Outbox())
+        self._caller_tasks[rid] = (caller, asyncio.get_running_loop().create_task(self._serve_for(outbox, req)))
+
+    async def _serve_for(self, outbox: Outbox, req: GenerateRequest) -> None:
+        rid = req.request_id
+        try:
+            async for item in self.generate(req):
+                outbox.put(rid, item)
+        except asyncio.CancelledError:  # the caller left: nobody waits for its items
+            raise
+        except Exception as err:
+            outbox.put(rid, {"error": err})
+        finally:
+            self._caller_tasks.pop(rid, None)
+
+    async def outputs(self, caller: str) -> AsyncIterator[list]:
+        """Every item of `caller`'s submitted requests, a list per batch; until the caller goes.
+        A new call takes over from the previous one."""
+        outbox = self._caller_outboxes.setdefault(caller, Outbox())
+        try:
+            async for batch in outbox.batches():
+                yield batch
+        finally:
+            if self._caller_outboxes.get(caller) is outbox and not outbox.is_read:
+                # The caller went: nothing waits for its requests' items any more.
+                del self._caller_outboxes[caller]
+                for owner, task in list(self._caller_tasks.values()):
+                    if owner == caller:
+                        task.cancel()
+
+    async def cancel(self, request_id: str) -> None:
+        """Stop a submitted request whose caller left; its workers abort it."""
+        if request_id in self._caller_tasks:
+            self._caller_tasks[request_id][1].cancel()
+
+    async def num_submitted(self) -> int:
+        """Submitted requests not yet finished (none after a batch: nothing leaked)."""
+        return len(self._caller_tasks)
+
     async def _run(self, req: GenerateRequest, rid: str, token_ids: list[int], decision: Decision,
                    fallback: str | None, t_arrival: float) -> AsyncIterator[dict]:
         self.metrics.observe_decision(decision.route, decision_reason_label(  # [frontdoors]
@@ -475,7 +529,7 @@ class Router:
         try:
             t_call = time.time()
             prefill_rid = rid + "-prefill"
-            async for item in self.outputs.stream(pid, prefill_rid, lambda: self.workers[pid].submit.remote(
+            async for item in self.worker_streams.stream(pid, prefill_rid, lambda: self.workers[pid].submit.remote(
                     prefill_rid, token_ids, params, dict(PREFILL_KV_PARAMS))):
                 self.last_output_s[pid] = time.time()
                 if last is None:
@@ -510,7 +564,7 @@ class Router:
         tpot_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[1]
         try:
             t_call = time.time()
-            async for item in self.outputs.stream(wid, rid, lambda: self.workers[wid].submit.remote(
+            async for item in self.worker_streams.stream(wid, rid, lambda: self.workers[wid].submit.remote(
                     rid, token_ids, req.sampling_params(), kv_params)):
                 now = time.time()
                 if first:

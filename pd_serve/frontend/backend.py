@@ -1,12 +1,14 @@
-"""What both servers need from a deployment, and its implementation over Ray: one hop from the
-frontend actor to the router actor per request.
+"""What both servers need from a deployment, and its implementation over Ray: the frontend actor's
+requests go to the router actor, and their items come back on one stream (caller_streams.py).
 
 Servers depend on the `Backend` protocol only, so their unit tests run against a fake without Ray.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import uuid
 from typing import Any, AsyncIterator, Protocol
 
 from pd_serve.frontend.errors import OverloadedError, UnavailableError
@@ -56,25 +58,27 @@ class RouterBackend:
     """The deployment's router actor, seen from inside the frontend actor's event loop."""
 
     def __init__(self, router: Any, model: ModelInfo, max_inflight_requests: int):
+        from pd_serve.caller_streams import new_caller_id, router_streams
+
         self.router = router
         self.model = model
         self.max_inflight_requests = max_inflight_requests
         self.num_inflight = 0
+        # Every request's items come from the router on one stream for this actor
+        # (output_streams.py); a request whose client leaves is cancelled on the router.
+        self.caller = new_caller_id("frontend")
+        self.streams = router_streams(router, self.caller)
 
     async def stream(self, req: GenerateRequest) -> AsyncIterator[dict]:
         if self.num_inflight >= self.max_inflight_requests:
             raise OverloadedError(f"{self.num_inflight} requests in flight, the limit is "
                                   f"{self.max_inflight_requests}; retry later")
         self.num_inflight += 1
-        gen = self.router.generate.options(num_returns="streaming").remote(req)
-        is_done = False
+        if not req.request_id:
+            req = dataclasses.replace(req, request_id=uuid.uuid4().hex)
         try:
-            async for ref in gen:
-                try:
-                    item = await ref
-                except Exception as err:
-                    raise _translate(err) from None
-                is_done = item["type"] == "result"
+            async for item in self.streams.stream("router", req.request_id,
+                                                  lambda: self.router.submit.remote(self.caller, req)):
                 yield item
         except (InvalidRequestError, OverloadedError, UnavailableError):
             raise
@@ -82,8 +86,6 @@ class RouterBackend:
             raise _translate(err) from None
         finally:
             self.num_inflight -= 1
-            if not is_done:  # the client left (or failed): stop the router's and engines' work
-                _cancel(gen)
 
     async def status(self) -> dict:
         """The router's status plus its P->D link models (`links`)."""
@@ -121,21 +123,16 @@ def _translate(err: BaseException) -> BaseException:
 
     from pd_serve.router import NoWorkerAvailableError
 
-    cause = getattr(err, "cause", None) if isinstance(err, rex.RayTaskError) else None
+    # The router's call failed (Ray wraps its error), or a request failed in the router (its
+    # error came on the stream as itself).
+    cause = getattr(err, "cause", None) if isinstance(err, rex.RayTaskError) else err
     if isinstance(cause, InvalidRequestError):
         return InvalidRequestError(str(cause))
     if isinstance(cause, NoWorkerAvailableError):
         return UnavailableError(str(cause))
     if isinstance(err, (rex.RayActorError, rex.ActorUnavailableError)):
-        return UnavailableError(f"the router is not reachable ({type(err).__name__})")
+        # the router's stream failed, or a worker died under a request
+        return UnavailableError(f"the router or a worker is not reachable ({type(err).__name__})")
     logger.error("request failed behind the router: %r", err)
     return err
 
-
-def _cancel(gen: Any) -> None:
-    import ray
-
-    try:
-        ray.cancel(gen)  # asyncio-cancels the router's task and (recursively) the workers'
-    except Exception as err:  # already finished or gone: nothing left to stop
-        logger.debug("cancel after client left: %s", type(err).__name__)

@@ -179,20 +179,28 @@ def test_kv_cache_returns_to_zero_after_a_batch(hybrid):
 
 
 @pytest.mark.parametrize("route", ["colocated", "disaggregated"])
-def test_a_request_its_client_leaves_stops_on_its_worker(hybrid, route):
+@pytest.mark.parametrize("how", ["stream closed", "router call cancelled"])
+def test_a_request_its_client_leaves_stops_on_its_worker(hybrid, route, how):
     from pd_serve.request import make_request
 
-    # As the frontends do when their client goes (frontend/backend.py): cancel the router's call.
-    req = make_request(None, distinct_prompt(400, 900 + len(route)), 4000, 0.0, True, route)
-    gen = hybrid.router.generate.options(num_returns="streaming").remote(req)
-    for _ in range(3):
-        assert ray.get(next(gen))["type"] == "token"
-    ray.cancel(gen)
+    prompt = distinct_prompt(400, 900 + len(route) + len(how))
+    if how == "stream closed":  # a Deployment caller stops reading (caller_streams.py)
+        items = hybrid.stream(prompt_token_ids=prompt, max_tokens=4000, ignore_eos=True, route=route)
+        for _ in range(3):
+            assert next(items)["type"] == "token"
+        items.close()
+    else:  # a caller of the router's generate whose call is cancelled
+        req = make_request(None, prompt, 4000, 0.0, True, route)
+        gen = hybrid.router.generate.options(num_returns="streaming").remote(req)
+        for _ in range(3):
+            assert ray.get(next(gen))["type"] == "token"
+        ray.cancel(gen)
     deadline = time.time() + 30
     while True:
         left = {w: ray.get(h.num_submitted.remote()) for w, h in hybrid.workers.items()}
+        left["router"] = ray.get(hybrid.router.num_submitted.remote())
         usage = {w: load["kv_cache_usage"] for w, load in hybrid.worker_loads().items()}
-        streaming = ray.get(hybrid.router.__ray_call__.remote(lambda self: self.outputs.num_streaming()))
+        streaming = ray.get(hybrid.router.__ray_call__.remote(lambda self: self.worker_streams.num_streaming()))
         if (not any(left.values()) and not any(usage.values()) and not streaming) or time.time() > deadline:
             break
         time.sleep(0.5)

@@ -150,3 +150,39 @@ def test_the_same_request_twice_on_one_worker_is_refused():
         await first
 
     asyncio.run(main())
+
+
+def test_a_caller_stream_ends_each_request_at_its_result_and_raises_its_exception():
+    # The router's stream to a caller: a request ends at its result; a failed one sends its
+    # exception, which its reader raises as itself.
+    async def main():
+        w = FakeWorker()
+        streams = OutputStreams(lambda wid: w.outputs(), lambda wid, rid: w.aborted.append(rid),
+                                is_last=lambda item: item.get("type") == "result")
+        ok = asyncio.ensure_future(collect(streams, "router", "a", w))
+        bad = asyncio.ensure_future(collect(streams, "router", "b", w))
+        await asyncio.sleep(0.01)
+        w.outbox.put("a", {"type": "token", "finished": True})  # not the end on this stream
+        w.outbox.put("b", {"error": KeyError("no such worker")})
+        await asyncio.sleep(0.01)
+        assert not ok.done()
+        w.outbox.put("a", {"type": "result"})
+        return await ok, (await asyncio.gather(bad, return_exceptions=True))[0], w
+
+    items, err, w = asyncio.run(main())
+    assert [i["type"] for i in items] == ["token", "result"]
+    assert isinstance(err, KeyError) and w.aborted == []
+
+
+def test_the_outbox_says_whether_a_reader_takes_its_batches():
+    async def main():
+        box = Outbox()
+        assert not box.is_read
+        batches = box.batches()
+        box.put("a", {})
+        await batches.__anext__()
+        assert box.is_read
+        await batches.aclose()
+        return box.is_read
+
+    assert asyncio.run(main()) is False
