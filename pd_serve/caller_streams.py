@@ -84,8 +84,12 @@ class CallerStreams:
         finally:
             reader.cancel()  # done already, or the caller left: the router cancels it
 
-    def close(self) -> None:
-        """Stop reading (the router's stream ends with this process's calls)."""
-        if self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._streams.close)
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop reading, then the loop and its thread (nothing left pending at exit)."""
+        if not self._loop.is_running():
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._streams.aclose(), self._loop).result(timeout_s)
+        finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout_s)

@@ -155,7 +155,9 @@ class OutputStreams:
             if w == worker_id:
                 queue.put_nowait(failure)
 
-    def close(self) -> None:
-        """Stop reading every worker's stream."""
-        for task in self._pumps.values():
+    async def aclose(self) -> None:
+        """Stop reading every stream, and wait until each reader has stopped."""
+        tasks = list(self._pumps.values())
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -186,3 +186,17 @@ def test_the_outbox_says_whether_a_reader_takes_its_batches():
         return box.is_read
 
     assert asyncio.run(main()) is False
+
+
+def test_closing_stops_every_reader_and_fails_its_waiting_requests():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        waiting = asyncio.ensure_future(collect(streams, "w0", "a", w))
+        await asyncio.sleep(0.01)
+        await streams.aclose()
+        return (await asyncio.gather(waiting, return_exceptions=True))[0], streams
+
+    err, streams = asyncio.run(main())
+    assert isinstance(err, ConnectionError) and "cancelled" in str(err)
+    assert streams.num_streaming() == 0
