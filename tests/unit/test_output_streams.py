@@ -36,6 +36,15 @@ async def collect(streams: OutputStreams, wid: str, rid: str, worker: FakeWorker
     return [item async for item in streams.stream(wid, rid, lambda: worker.submit(rid))]
 
 
+async def one_waiting(rid: str = "a") -> tuple[FakeWorker, OutputStreams, asyncio.Future]:
+    """A worker "w0" and a request on it, submitted and waiting for its first item."""
+    w = FakeWorker()
+    streams = streams_for({"w0": w})
+    task = asyncio.ensure_future(collect(streams, "w0", rid, w))
+    await asyncio.sleep(0.01)
+    return w, streams, task
+
+
 def test_one_step_of_many_requests_goes_out_as_one_batch():
     async def main():
         box = Outbox()
@@ -126,10 +135,7 @@ def test_a_failed_stream_raises_in_each_of_its_workers_requests_only():
 
 def test_a_request_that_failed_on_its_worker_raises_its_error():
     async def main():
-        w = FakeWorker()
-        streams = streams_for({"w0": w})
-        task = asyncio.ensure_future(collect(streams, "w0", "a", w))
-        await asyncio.sleep(0.01)
+        w, _, task = await one_waiting()
         w.outbox.put("a", {"error": "ValueError: too long"})
         return await asyncio.gather(task, return_exceptions=True), w
 
@@ -140,10 +146,7 @@ def test_a_request_that_failed_on_its_worker_raises_its_error():
 
 def test_the_same_request_twice_on_one_worker_is_refused():
     async def main():
-        w = FakeWorker()
-        streams = streams_for({"w0": w})
-        first = asyncio.ensure_future(collect(streams, "w0", "a", w))
-        await asyncio.sleep(0.01)
+        w, streams, first = await one_waiting()
         with pytest.raises(ValueError, match="already running"):
             await collect(streams, "w0", "a", w)
         w.outbox.put("a", {"finished": True})
@@ -190,10 +193,7 @@ def test_the_outbox_says_whether_a_reader_takes_its_batches():
 
 def test_closing_stops_every_reader_and_fails_its_waiting_requests():
     async def main():
-        w = FakeWorker()
-        streams = streams_for({"w0": w})
-        waiting = asyncio.ensure_future(collect(streams, "w0", "a", w))
-        await asyncio.sleep(0.01)
+        _, streams, waiting = await one_waiting()
         await streams.aclose()
         return (await asyncio.gather(waiting, return_exceptions=True))[0], streams
 
