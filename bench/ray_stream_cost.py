@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--tokens must be >= 1 and --period-ms >= 0")
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # a fresh instance of its own
     try:
         rows = measure(args.tokens, args.period_ms / 1e3)
     finally:
