@@ -27,7 +27,7 @@ from pd_serve.metrics import METRIC_NAMES  # noqa: E402
 from pd_serve.proto import pd_serve_pb2 as pb  # noqa: E402
 from pd_serve.proto import pd_serve_pb2_grpc as pb_grpc  # noqa: E402
 
-from .conftest import BAD_INPUTS, distinct_prompt  # noqa: E402
+from .conftest import BAD_INPUTS, LEFT_MAX_TOKENS, distinct_prompt, wait_until_nothing_left  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -264,6 +264,17 @@ def test_vllms_benchmark_client_runs_unchanged(dep):
     assert line, out.stdout[-3000:] + out.stderr[-3000:]
     res = json.loads(line.removeprefix("BENCH "))
     assert res["completed"] == 4 and res["failed"] == 0 and res["total_output_tokens"] == 32
+
+
+@pytest.mark.parametrize("route", ["colocated", "disaggregated"])
+def test_a_grpc_client_that_leaves_mid_stream_stops_its_request_everywhere(dep, client, route):
+    items = client.stream(prompt_token_ids=distinct_prompt(300, 700 + len(route)), max_tokens=LEFT_MAX_TOKENS,
+                          ignore_eos=True, route=route)
+    for _ in range(3):
+        assert next(items)["type"] == "token"
+    items.close()  # cancels the call: the frontend's stream ends, the router cancels the request
+    after = wait_until_nothing_left(dep)
+    assert not any(after["left"].values()) and not any(after["kv_usage"].values()), after
 
 
 # ---- metrics after the traffic above -------------------------------------------------------

@@ -26,7 +26,7 @@ from schedulers.candidates import DECODE_ROLES
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import OnlineLinkModel, engine_excess
 
-from .conftest import BAD_INPUTS, distinct_prompt
+from .conftest import BAD_INPUTS, LEFT_MAX_TOKENS, distinct_prompt, wait_until_nothing_left
 
 pytestmark = pytest.mark.integration
 
@@ -185,27 +185,18 @@ def test_a_request_its_client_leaves_stops_on_its_worker(hybrid, route, how):
 
     prompt = distinct_prompt(400, 900 + len(route) + len(how))
     if how == "stream closed":  # a Deployment caller stops reading (caller_streams.py)
-        items = hybrid.stream(prompt_token_ids=prompt, max_tokens=4000, ignore_eos=True, route=route)
+        items = hybrid.stream(prompt_token_ids=prompt, max_tokens=LEFT_MAX_TOKENS, ignore_eos=True, route=route)
         for _ in range(3):
             assert next(items)["type"] == "token"
         items.close()
     else:  # a caller of the router's generate whose call is cancelled
-        req = make_request(None, prompt, 4000, 0.0, True, route)
+        req = make_request(None, prompt, LEFT_MAX_TOKENS, 0.0, True, route)
         gen = hybrid.router.generate.options(num_returns="streaming").remote(req)
         for _ in range(3):
             assert ray.get(next(gen))["type"] == "token"
         ray.cancel(gen)
-    deadline = time.time() + 30
-    while True:
-        left = {w: ray.get(h.num_submitted.remote()) for w, h in hybrid.workers.items()}
-        left["router"] = ray.get(hybrid.router.num_submitted.remote())
-        usage = {w: load["kv_cache_usage"] for w, load in hybrid.worker_loads().items()}
-        streaming = ray.get(hybrid.router.__ray_call__.remote(lambda self: self.worker_streams.num_streaming()))
-        if (not any(left.values()) and not any(usage.values()) and not streaming) or time.time() > deadline:
-            break
-        time.sleep(0.5)
-    assert not any(left.values()) and not streaming, (left, streaming)
-    assert all(u == 0.0 for u in usage.values()), usage
+    after = wait_until_nothing_left(hybrid)
+    assert not any(after["left"].values()) and not any(after["kv_usage"].values()), after
     # and the deployment serves on
     assert hybrid.generate(prompt_token_ids=distinct_prompt(100, 950), max_tokens=4, route=route).token_ids
 
