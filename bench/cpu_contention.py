@@ -5,7 +5,8 @@
 On a CPU host the engines share cores with everything else a request passes through: this
 process (the client), the router actor, each worker's actor (vLLM's AsyncLLM front-end) and Ray.
 For each rate of the rates experiment's workload (`bench.compare.rates_workload`) this prints
-the CPU seconds each process used per streamed token, and the engines' decode-only steps under
+the CPU seconds each process used per streamed token, how many outputs each worker's stream to
+the router carried per item (pd_serve/output_streams.py), and the engines' decode-only steps under
 that load (vLLM's own execution time) beside what the start-up calibration predicts for them:
 the slowdown the simulator, which has no shared cores, does not see.
 """
@@ -47,6 +48,13 @@ def process_ids(dep: Any) -> dict[str, int]:
     return pids
 
 
+def _outputs_sent(dep: Any) -> dict[str, dict[str, int]]:
+    """Each worker's outputs sent to the router so far, and in how many stream items."""
+    import ray
+
+    return dict(zip(dep.workers, ray.get([h.outputs_sent.remote() for h in dep.workers.values()])))
+
+
 def decode_steps(steps: list[dict]) -> dict[int, list[float]]:
     """Execution seconds of decode-only steps, by batch size."""
     by_batch: dict[int, list[float]] = {}
@@ -74,10 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         model = dep.calibration.model
         pids = process_ids(dep)
         for k, rate in enumerate(float(r) for r in args.rates.split(",")):
+            sent_before = _outputs_sent(dep)
             before, t0 = cpu_seconds(pids), time.time()
             records = run_workload(dep.stream, rates_workload(rate, args.num_requests), dep.vocab_size,
                                    "auto", salt=k + 1)
             wall, after = time.time() - t0, cpu_seconds(pids)
+            sent_after = _outputs_sent(dep)
             tokens = sum(len(r.token_times) for r in records)
             used = {n: after[n] - before[n] for n in pids}
             tpots = [r.tpot_s for r in records if r.tpot_s is not None]
@@ -87,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(["process", "CPU s", "share of a core", "CPU ms per token"],
                                [[n, f"{s:.1f}", f"{s / wall:.0%}", f"{s / tokens * 1e3:.2f}"]
                                 for n, s in used.items()]))
+            per_item = {w: (sent_after[w]["items"] - sent_before[w]["items"])
+                        / max(1, sent_after[w]["batches"] - sent_before[w]["batches"]) for w in sent_after}
+            print("outputs per Ray stream item (output_streams.py): "
+                  + ", ".join(f"{w} {n:.2f}" for w, n in per_item.items()))
             steps = dict(zip(dep.workers, ray.get([h.steps.remote(t0) for h in dep.workers.values()])))
             rows = []
             for wid, worker_steps in steps.items():
@@ -98,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             print(format_table(["worker", "decode batch", "steps", "median ms under load",
                                 f"calibrated ms (context {CONTEXT_GUESS})", "ratio"], rows))
             out["rates"][f"{rate:g}"] = {"wall_s": wall, "tokens": tokens, "cpu_s": used,
+                                         "outputs_per_stream_item": per_item,
                                          "mean_tpot_s": statistics.fmean(tpots),
                                          "p50_ttft_s": statistics.median(ttfts),
                                          "decode_steps": rows}

@@ -45,11 +45,15 @@ def bootstrap_interval(records: Sequence[RequestRecord], figure: str, resamples:
         raise ValueError(f"figure must be one of {sorted(FIGURES)}, got {figure!r}")
     if resamples < 2 or not 0 < level < 1:
         raise ValueError(f"need resamples >= 2 and 0 < level < 1, got {resamples}, {level}")
-    values = _values(records, figure)
+    return _interval(_values(records, figure), FIGURES[figure][1], resamples, level, seed)
+
+
+def _interval(values: np.ndarray, stat: Callable[..., Any], resamples: int = RESAMPLES,
+              level: float = LEVEL, seed: int = SEED) -> tuple[float, float] | None:
     if values.size == 0:
         return None
     draws = values[np.random.default_rng(seed).integers(0, values.size, size=(resamples, values.size))]
-    stats = FIGURES[figure][1](draws, axis=1)
+    stats = stat(draws, axis=1)
     tail = (1 - level) / 2 * 100
     return float(np.percentile(stats, tail)), float(np.percentile(stats, 100 - tail))
 
@@ -61,7 +65,7 @@ def spread(records: Sequence[RequestRecord], tolerance: float) -> dict[str, dict
     for name, (_, stat) in FIGURES.items():
         values = _values(records, name)
         value = float(stat(values)) if values.size else None
-        interval = bootstrap_interval(records, name)
+        interval = _interval(values, stat)
         pinned = (value is not None and interval is not None and value > 0
                   and max(value - interval[0], interval[1] - value) <= tolerance * value)
         out[name] = {"value": value, "interval": interval, "pinned": pinned}

@@ -76,6 +76,52 @@ class Outbox:
                 self._reader = None
 
 
+class Running:
+    """The sending end's requests, each a task putting its items in an `Outbox`: a worker's
+    submitted requests, the router's for its callers. A request that fails puts
+    `failure_item(request_id, error)` last; one cancelled (its reader left) puts nothing."""
+
+    def __init__(self, failure_item: Callable[[str, Exception], dict]):
+        self._failure_item = failure_item
+        self._tasks: dict[str, tuple[Any, asyncio.Task]] = {}  # request id -> (owner, task)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._tasks
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def start(self, request_id: str, items: AsyncIterator[dict], outbox: Outbox, owner: Any = None) -> None:
+        """Run `items` (the request's, not yet started) into `outbox`; the caller has checked
+        that `request_id` is not running already."""
+        assert request_id not in self._tasks, request_id
+        task = asyncio.get_running_loop().create_task(self._run(request_id, items, outbox))
+        self._tasks[request_id] = (owner, task)
+
+    async def _run(self, request_id: str, items: AsyncIterator[dict], outbox: Outbox) -> None:
+        try:
+            async for item in items:
+                outbox.put(request_id, item)
+        except asyncio.CancelledError:  # its reader left: nobody waits for its items
+            raise
+        except Exception as err:
+            outbox.put(request_id, self._failure_item(request_id, err))
+        finally:
+            self._tasks.pop(request_id, None)
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel it if it runs (False: it does not)."""
+        if request_id not in self._tasks:
+            return False
+        self._tasks[request_id][1].cancel()
+        return True
+
+    def cancel_owned_by(self, owner: Any) -> None:
+        for who, task in list(self._tasks.values()):
+            if who == owner:
+                task.cancel()
+
+
 class OutputStreams:
     """The router's end: one pump per worker reading its stream, a queue per request.
 

@@ -25,7 +25,7 @@ from pd_serve.config import DeploymentConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
-from pd_serve.output_streams import Outbox, OutputStreams
+from pd_serve.output_streams import Outbox, OutputStreams, Running
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
@@ -153,7 +153,7 @@ class Router:
         self.worker_streams = OutputStreams(self._worker_outputs, self._abort_on_worker)
         # Each caller's (a frontend actor, a Deployment) requests' items, on one stream per caller.
         self._caller_outboxes: dict[str, Outbox] = {}
-        self._caller_tasks: dict[str, tuple[str, asyncio.Task]] = {}  # request id -> (caller, task)
+        self._caller_requests = Running(lambda _, err: {"error": err})  # the error itself: the caller raises it
 
     def _build_auto_policy(self):
         sched = self.config.scheduler
@@ -378,23 +378,11 @@ class Router:
         rid = req.request_id
         if not rid:
             raise ValueError("submit needs the request's request_id (the caller keys its items by it)")
-        if rid in self._caller_tasks:
+        if rid in self._caller_requests:
             from pd_serve.request import InvalidRequestError
             raise InvalidRequestError(f"request_id {rid!r} is already in flight")
-        outbox = self._caller_outboxes.setdefault(caller, Outbox())
-        self._caller_tasks[rid] = (caller, asyncio.get_running_loop().create_task(self._serve_for(outbox, req)))
-
-    async def _serve_for(self, outbox: Outbox, req: GenerateRequest) -> None:
-        rid = req.request_id
-        try:
-            async for item in self.generate(req):
-                outbox.put(rid, item)
-        except asyncio.CancelledError:  # the caller left: nobody waits for its items
-            raise
-        except Exception as err:
-            outbox.put(rid, {"error": err})
-        finally:
-            self._caller_tasks.pop(rid, None)
+        self._caller_requests.start(rid, self.generate(req), self._caller_outboxes.setdefault(caller, Outbox()),
+                                    owner=caller)
 
     async def outputs(self, caller: str) -> AsyncIterator[list]:
         """Every item of `caller`'s submitted requests, a list per batch; until the caller goes.
@@ -407,18 +395,15 @@ class Router:
             if self._caller_outboxes.get(caller) is outbox and not outbox.is_read:
                 # The caller went: nothing waits for its requests' items any more.
                 del self._caller_outboxes[caller]
-                for owner, task in list(self._caller_tasks.values()):
-                    if owner == caller:
-                        task.cancel()
+                self._caller_requests.cancel_owned_by(caller)
 
     async def cancel(self, request_id: str) -> None:
         """Stop a submitted request whose caller left; its workers abort it."""
-        if request_id in self._caller_tasks:
-            self._caller_tasks[request_id][1].cancel()
+        self._caller_requests.cancel(request_id)
 
     async def num_submitted(self) -> int:
         """Submitted requests not yet finished (none after a batch: nothing leaked)."""
-        return len(self._caller_tasks)
+        return len(self._caller_requests)
 
     async def _run(self, req: GenerateRequest, rid: str, token_ids: list[int], decision: Decision,
                    fallback: str | None, t_arrival: float) -> AsyncIterator[dict]:

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator
 from pd_serve.config import EngineConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
-from pd_serve.output_streams import Outbox
+from pd_serve.output_streams import Outbox, Running
 from pd_serve.prompts import random_prompt
 from transfer.probe_host import ProbeHost
 
@@ -122,7 +122,7 @@ class EngineWorker(ProbeHost):
         self.num_queued_prefill_tokens = 0
         self._stats = None
         self._outbox = Outbox()  # what `submit`ted requests put out, for `outputs`
-        self._submitted: dict[str, asyncio.Task] = {}
+        self._submitted = Running(self._failure_item)
         self.gc = GcPauses().install()  # every collection in this actor, timed (gc_pauses.py)
         # its event loop watched from start() on (loop_stalls.py)
         self.loop = LoopStalls(dump_after_s=spec.stack_dump_after_s)
@@ -258,21 +258,13 @@ class EngineWorker(ProbeHost):
         (request_id, item), and a failure as an item {"error": ...}."""
         if request_id in self._submitted:
             raise ValueError(f"request {request_id} is already running on {self.spec.worker_id}")
-        self._submitted[request_id] = asyncio.get_running_loop().create_task(
-            self._run_submitted(request_id, prompt_token_ids, params, kv_transfer_params))
+        self._submitted.start(request_id, self.generate(request_id, prompt_token_ids, params, kv_transfer_params),
+                              self._outbox)
 
-    async def _run_submitted(self, request_id: str, prompt_token_ids: list[int], params: dict,
-                             kv_transfer_params: dict | None) -> None:
-        try:
-            async for item in self.generate(request_id, prompt_token_ids, params, kv_transfer_params):
-                self._outbox.put(request_id, item)
-        except asyncio.CancelledError:  # aborted: vLLM has let the request go; nobody waits for it
-            raise
-        except Exception as err:
-            logger.warning("request %s failed on %s: %s", request_id, self.spec.worker_id, err)
-            self._outbox.put(request_id, {"error": f"{type(err).__name__}: {err}"})
-        finally:
-            self._submitted.pop(request_id, None)
+    def _failure_item(self, request_id: str, err: Exception) -> dict:
+        """A submitted request's failure, as its last item: its text (vLLM's errors need not pickle)."""
+        logger.warning("request %s failed on %s: %s", request_id, self.spec.worker_id, err)
+        return {"error": f"{type(err).__name__}: {err}"}
 
     async def outputs(self) -> AsyncIterator[list[tuple[str, dict]]]:
         """Every submitted request's outputs, a list per batch (output_streams.py); forever. A
@@ -283,10 +275,7 @@ class EngineWorker(ProbeHost):
     async def abort(self, request_id: str) -> None:
         """Stop a request: a submitted one's task (vLLM aborts what the task was waiting for),
         else the engine's request of that id."""
-        task = self._submitted.get(request_id)
-        if task is not None:
-            task.cancel()
-        elif self.engine is not None:
+        if not self._submitted.cancel(request_id) and self.engine is not None:
             await self.engine.abort(request_id)
 
     async def num_submitted(self) -> int:

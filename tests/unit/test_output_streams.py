@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from pd_serve.output_streams import Outbox, OutputStreams, WorkerRequestError
+from pd_serve.output_streams import Outbox, OutputStreams, Running, WorkerRequestError
 
 
 class FakeWorker:
@@ -200,3 +200,35 @@ def test_closing_stops_every_reader_and_fails_its_waiting_requests():
     err, streams = asyncio.run(main())
     assert isinstance(err, ConnectionError) and "cancelled" in str(err)
     assert streams.num_streaming() == 0
+
+
+def test_running_requests_put_their_items_and_a_failure_last_and_cancel_puts_nothing():
+    async def items(n: int, fail: bool = False):
+        for k in range(n):
+            yield {"n": k}
+            await asyncio.sleep(0.01)
+        if fail:
+            raise ValueError("engine said no")
+
+    async def main():
+        box = Outbox()
+        running = Running(lambda rid, err: {"error": f"{rid}: {err}"})
+        running.start("ok", items(2), box, owner="c1")
+        running.start("bad", items(1, fail=True), box, owner="c1")
+        running.start("long", items(100), box, owner="c2")
+        running.start("left", items(100), box, owner="c1")
+        assert len(running) == 4 and "ok" in running
+        await asyncio.sleep(0.05)
+        assert running.cancel("long") and not running.cancel("ok")  # "ok" has finished
+        running.cancel_owned_by("c1")
+        await asyncio.sleep(0.01)
+        return box._items, len(running)
+
+    put, left = asyncio.run(main())
+    by_request: dict[str, list] = {}
+    for rid, item in put:
+        by_request.setdefault(rid, []).append(item)
+    assert by_request["ok"] == [{"n": 0}, {"n": 1}]
+    assert by_request["bad"] == [{"n": 0}, {"error": "bad: engine said no"}]
+    assert all("error" not in i for i in by_request["long"] + by_request["left"])  # cancelled: no failure
+    assert left == 0
