@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -112,6 +113,78 @@ def test_a_request_left_before_its_end_is_aborted_on_its_worker():
 
     w, streams = asyncio.run(main())
     assert w.aborted == ["a"] and streams.num_streaming("w0") == 0
+
+
+def test_a_request_cancelled_while_it_is_submitted_is_aborted_too():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        reached = asyncio.Event()
+
+        async def slow_submit():  # the call reached the worker; its reply has not come back
+            w.submitted.append("a")
+            reached.set()
+            await asyncio.sleep(10)
+
+        task = asyncio.ensure_future(collect_with(streams, "a", slow_submit))
+        await reached.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return w
+
+    assert asyncio.run(main()).aborted == ["a"]
+
+
+async def collect_with(streams: OutputStreams, rid: str, submit) -> list[dict]:
+    return [item async for item in streams.stream("w0", rid, submit)]
+
+
+# Ray keeps the actor call an asyncio task serves in a context variable, and a recursive
+# ray.cancel cancels the remote calls made in that call's context (output_streams.py).
+CALL = contextvars.ContextVar("call", default=None)
+
+
+def test_the_pump_and_the_abort_run_in_no_requests_context():
+    async def main():
+        w = FakeWorker()
+        seen: dict[str, object] = {}
+
+        async def outputs():
+            seen["pump"] = CALL.get()
+            async for batch in w.outbox.batches():
+                yield batch
+
+        def abort(wid, rid):
+            seen["abort"] = CALL.get()
+            w.aborted.append(rid)
+
+        streams = OutputStreams(lambda wid: outputs(), abort)
+
+        async def one_call():  # a request served by a Ray call: its context says which
+            CALL.set("generate#1")
+            gen = streams.stream("w0", "a", lambda: w.submit("a"))
+            nxt = asyncio.ensure_future(gen.__anext__())
+            await asyncio.sleep(0.01)
+            w.outbox.put("a", {"n": 0, "finished": False})
+            await nxt
+            await gen.aclose()
+
+        await asyncio.ensure_future(one_call())
+        running = Running(lambda rid, err: {"error": err})
+
+        async def items():
+            seen["submitted"] = CALL.get()
+            yield {"n": 0}
+
+        CALL.set("submit#2")
+        running.start("b", items(), Outbox())
+        await asyncio.sleep(0.01)
+        await streams.aclose()
+        return seen, w
+
+    seen, w = asyncio.run(main())
+    assert w.aborted == ["a"]
+    assert seen == {"pump": None, "abort": None, "submitted": None}
 
 
 def test_a_failed_stream_raises_in_each_of_its_workers_requests_only():
