@@ -64,7 +64,7 @@ from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
-from bench.token_gaps import CLASSES, classify_gaps, gap_summary
+from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
@@ -433,6 +433,31 @@ def gaps_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return format_table(["system", "rate"] + [f"{c} live / sim ms (live gaps)" for c in GAP_CLASSES], body)
 
 
+QUIET_HEADING = ("a decode step's excess over its calibrated model, by batch, with nothing else on the host "
+                 "(bench.token_gaps.quiet_excess_by_batch): median live / sim ms (live gaps)")
+
+
+def quiet_excess_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Markdown table: per system and rate, a decode step's excess over its calibrated model by
+    batch, in the gaps with nothing else on the host (`bench.token_gaps.quiet_excess_by_batch`),
+    live / simulated ms (live gaps), for the rows whose live records were found. Where the live
+    excess grows with the batch and the simulated one does not, the host model's batch points
+    (the bursts before the run) miss what the run's own streams cost."""
+    batches = range(1, QUIET_MAX_BATCH + 1)
+    body = []
+    for r in rows:
+        quiet = r.get("quiet_excess") or {}
+        live, sim = quiet.get("live"), quiet.get("sim") or {}
+        if live is None:
+            continue
+        live, sim = ({int(k): v for k, v in d.items()} for d in (live, sim))  # JSON keys are strings
+        body.append([r["system"], f"{r['rate']:g}"] + [
+            f"{_ms(live[n]['median_s']) if n in live else '-'} / {_ms(sim[n]['median_s']) if n in sim else '-'}"
+            f" ({live[n]['count'] if n in live else 0})" for n in batches])
+    return format_table(["system", "rate"] + [f"{n}{'+' if n == QUIET_MAX_BATCH else ''} streams live / sim ms"
+                                              for n in batches], body)
+
+
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in records:
@@ -480,11 +505,14 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             workload = rates_workload(rate, num_requests, output_tokens)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
-            live_gaps = None
+            live_gaps = live_quiet = None
+            decode_step_s = lambda contexts: step_model.predict(0, 0, contexts)  # noqa: E731
             if records_path is not None and records_path.is_file():
                 live_records = json.loads(records_path.read_text())
                 matches = same_requests(workload, live_records)
-                live_gaps = gap_summary(classify_gaps([RequestRecord.from_dict(d) for d in live_records]))
+                parsed = [RequestRecord.from_dict(d) for d in live_records]
+                live_gaps = gap_summary(classify_gaps(parsed))
+                live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
             result = simulate_system(config, label, step_model, workload)
             if sim_records is not None:
                 sim_records[(label, rate)] = list(result.records)
@@ -498,7 +526,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "calibration_measured_with_live_run": label in (live.get("measured") or {}),
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
                          "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
-                         "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))}})
+                         "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))},
+                         "quiet_excess": {"live": live_quiet,
+                                          "sim": quiet_excess_by_batch(result.records, decode_step_s)}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
                 print(f"  {label} @ {rate:g} req/s: {errs}; routes live {live_summary.get('routes')} "
@@ -580,6 +610,10 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     sim_ok = sum(h["sim_round_ok"] for h in result["held_out"])
     checks = sum(h["checks"] for h in result["held_out"])
     print(f"\nheld out, all rounds: live {live_ok}/{checks}, simulated {sim_ok}/{checks}")
+    for name, rows in zip(result["rounds"], result["round_rows"]):
+        if any((r.get("quiet_excess") or {}).get("live") for r in rows):
+            print(f"\n{name}: {QUIET_HEADING}\n")
+            print(quiet_excess_table(rows))
     write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
                           "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks})
     print(f"wrote {args.out}")
@@ -642,6 +676,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
     gaps = gaps_table(rows)
+    if any((r.get("quiet_excess") or {}).get("live") for r in rows):
+        print(f"\n{QUIET_HEADING}\n")
+        print(quiet_excess_table(rows))
     if any((r.get("token_gaps") or {}).get("live") for r in rows):
         print("\nMean inter-token gap by what overlapped it (bench.token_gaps): alone = every other "
               "engine idle, nb- = another engine prefilling / decoding, own+ = another request on "

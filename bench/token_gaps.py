@@ -17,16 +17,18 @@ instance, took 2.4-3.6 ms a token with the other engine idle and 5.2-6.9 ms whil
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from bench.metrics import RequestRecord, write_json
 from pd_serve.report import format_table
 
 CLASSES = ("alone", "nb-prefill", "nb-decode", "own+alone", "own+nb-prefill", "own+nb-decode")
+QUIET_MAX_BATCH = 5  # quiet_excess_by_batch's last row: this many streams and more
 
 
 def busy_intervals(records: Sequence[RequestRecord]) -> dict[str, list[tuple[float, float, str]]]:
@@ -55,6 +57,33 @@ def classify_gaps(records: Sequence[RequestRecord]) -> dict[str, list[float]]:
             neighbour = "nb-decode" if "d" in kinds else "nb-prefill" if "p" in kinds else "alone"
             out[("own+" if shared else "") + neighbour].append(b - a)
     return out
+
+
+def quiet_excess_by_batch(records: Sequence[RequestRecord], predict_step_s: Callable[[list[int]], float],
+                          max_batch: int = QUIET_MAX_BATCH) -> dict[int, dict[str, float]]:
+    """How much longer a decode step took than `predict_step_s(contexts)` (the calibrated step
+    model), by its batch, over the gaps in which nothing else ran on the host: no request
+    anywhere between its arrival and its first token (prefilling, queued, or its KV moving) and
+    no other worker decoding. Batch: the requests streaming from the same decode worker at the
+    gap's end (`max_batch` and more in one row), contexts their prompt + tokens so far.
+    Per batch: median_s, count.
+
+    This is what `bench.host_cpu`'s bursts measure before a run (its `step_excess_by_batch`),
+    taken from the run itself: Poisson arrivals, the workload's own prompt lengths. Run 43's
+    disaggregated decoder took +1.2 / +2.2 / +2.9 ms over its model at 1 / 2 / 3 streams in these
+    gaps (3.07 req/s), where the bursts of 128-token prompts before it measured +1.5 / +1.1."""
+    busy = busy_intervals(records)
+    streams = [(r.decode_worker, r.token_times, r.input_tokens) for r in records
+               if r.ok and r.decode_worker and len(r.token_times) > 1]
+    by_batch: dict[int, list[float]] = {}
+    for worker, times, _ in streams:
+        for a, b in zip(times, times[1:]):
+            if any(s < b and e > a and (k == "p" or w != worker)
+                   for w, spans in busy.items() for s, e, k in spans):
+                continue
+            contexts = [p + bisect.bisect_left(ts, b) for w, ts, p in streams if w == worker and ts[0] < b <= ts[-1]]
+            by_batch.setdefault(min(len(contexts), max_batch), []).append(b - a - predict_step_s(contexts))
+    return {n: {"median_s": statistics.median(v), "count": len(v)} for n, v in sorted(by_batch.items())}
 
 
 def gap_summary(gaps: Mapping[str, Sequence[float]]) -> dict[str, dict[str, Any]]:

@@ -319,3 +319,14 @@ def test_the_gaps_table_sets_live_beside_simulated_gaps_by_class():
     table = sf.gaps_table([row, {"system": "hybrid", "rate": 1.0, "token_gaps": {"live": None, "sim": {}}}])
     assert "3.0 / 3.1 (40)" in table and "6.0 / - (5)" in table and "- / - (0)" in table
     assert "hybrid" not in table  # no live records: no row
+
+
+def test_the_quiet_excess_table_sets_live_beside_simulated_by_batch():
+    # As a record read back from JSON: batch keys are strings there.
+    row = {"system": "disaggregated", "rate": 3.07,
+           "quiet_excess": {"live": {"1": {"median_s": 0.0012, "count": 1194},
+                                     "5": {"median_s": 0.0041, "count": 89}},
+                            "sim": {"1": {"median_s": 0.0012, "count": 1300}}}}
+    table = sf.quiet_excess_table([row, {"system": "hybrid", "rate": 1.0, "quiet_excess": {"live": None}}])
+    assert "1.2 / 1.2 (1194)" in table and "4.1 / - (89)" in table and "- / - (0)" in table
+    assert "5+ streams" in table and "hybrid" not in table  # no live records: no row

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bench.metrics import RequestRecord
-from bench.token_gaps import classify_gaps, gap_summary, main
+from bench.token_gaps import classify_gaps, gap_summary, main, quiet_excess_by_batch
 
 
 def rec(rid, arrival, tokens, decode, prefill=None, ok=True):
@@ -42,6 +42,27 @@ def test_a_disaggregated_requests_prefill_occupies_its_prefill_worker():
     shipped = rec("b", 1.001, [1.05, 1.06], "d0", prefill="p0")  # prefills on p0 until 1.05
     gaps = classify_gaps([streaming, shipped])
     assert gaps["nb-prefill"] == pytest.approx([0.01, 0.01])
+
+
+def test_quiet_excess_counts_only_the_gaps_with_nothing_else_on_the_host():
+    # a streams alone on d0 in 4 ms steps, then with b in 8 ms steps; b prefills on d0 itself
+    # over a's step 1.012-1.020.
+    a = rec("a", 0.99, [1.000, 1.004, 1.008, 1.012, 1.020, 1.028, 1.036], "d0")
+    b = rec("b", 1.0121, [1.020, 1.028, 1.036], "d0")
+
+    def model(contexts):  # 3 ms a step, 1 ms more per further stream
+        return 0.003 + 0.001 * (len(contexts) - 1)
+
+    excess = quiet_excess_by_batch([a, b], model)
+    assert excess == {1: {"median_s": pytest.approx(0.001), "count": 3},  # 4 ms against 3
+                      2: {"median_s": pytest.approx(0.004), "count": 4}}  # 8 ms against 4, both streams'
+    # c prefills on p0 over a's first step: that gap is not quiet.
+    c = rec("c", 1.001, [1.0035, 1.0036], "d1", prefill="p0")
+    assert quiet_excess_by_batch([a, b, c], model)[1]["count"] == 2
+    # e decodes on w1 until 1.025: only the last two-stream step (a's and b's) is quiet.
+    e = rec("e", 0.0, [0.5, 1.025], "w1")
+    assert {n: v["count"] for n, v in quiet_excess_by_batch([a, b, e], model).items()} == {2: 2}
+    assert set(quiet_excess_by_batch([a, b], model, max_batch=1)) == {1}  # two streams fold into "1+"
 
 
 def test_the_cli_reads_a_rates_run(tmp_path, capsys):
