@@ -418,19 +418,28 @@ def fidelity_table(rows: Sequence[Mapping[str, Any]], tolerance: float = TOLERAN
 GAP_CLASSES = CLASSES[:4]
 
 
+def _live_beside_sim(rows: Sequence[Mapping[str, Any]], field: str, keys: Sequence[Any], stat: str,
+                     key_of: Any = lambda k: k) -> list[list[str]]:
+    """Table rows: system, rate, then per key "live / sim ms (live count)" of `row[field]`'s
+    live and sim summaries (`stat` of each), for the rows whose live records were found.
+    `key_of` reads a summary's keys (JSON turns numbers into strings)."""
+    body = []
+    for r in rows:
+        both = r.get(field) or {}
+        if both.get("live") is None:
+            continue
+        live, sim = ({key_of(k): v for k, v in (both.get(side) or {}).items()} for side in ("live", "sim"))
+        body.append([r["system"], f"{r['rate']:g}"] + [
+            f"{_ms(live[k][stat]) if k in live else '-'} / {_ms(sim[k][stat]) if k in sim else '-'}"
+            f" ({live[k]['count'] if k in live else 0})" for k in keys])
+    return body
+
+
 def gaps_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown table: per system and rate, the mean inter-token gap live / simulated (ms) by what
     overlapped it (`bench.token_gaps`), for the rows whose live records were found."""
-    body = []
-    for r in rows:
-        gaps = r.get("token_gaps") or {}
-        live, sim = gaps.get("live"), gaps.get("sim") or {}
-        if live is None:
-            continue
-        body.append([r["system"], f"{r['rate']:g}"] + [
-            f"{_ms(live[c]['mean_s']) if c in live else '-'} / {_ms(sim[c]['mean_s']) if c in sim else '-'}"
-            f" ({live[c]['count'] if c in live else 0})" for c in GAP_CLASSES])
-    return format_table(["system", "rate"] + [f"{c} live / sim ms (live gaps)" for c in GAP_CLASSES], body)
+    return format_table(["system", "rate"] + [f"{c} live / sim ms (live gaps)" for c in GAP_CLASSES],
+                        _live_beside_sim(rows, "token_gaps", GAP_CLASSES, "mean_s"))
 
 
 QUIET_HEADING = ("a decode step's excess over its calibrated model, by batch, with nothing else on the host "
@@ -444,18 +453,9 @@ def quiet_excess_table(rows: Sequence[Mapping[str, Any]]) -> str:
     excess grows with the batch and the simulated one does not, the host model's batch points
     (the bursts before the run) miss what the run's own streams cost."""
     batches = range(1, QUIET_MAX_BATCH + 1)
-    body = []
-    for r in rows:
-        quiet = r.get("quiet_excess") or {}
-        live, sim = quiet.get("live"), quiet.get("sim") or {}
-        if live is None:
-            continue
-        live, sim = ({int(k): v for k, v in d.items()} for d in (live, sim))  # JSON keys are strings
-        body.append([r["system"], f"{r['rate']:g}"] + [
-            f"{_ms(live[n]['median_s']) if n in live else '-'} / {_ms(sim[n]['median_s']) if n in sim else '-'}"
-            f" ({live[n]['count'] if n in live else 0})" for n in batches])
     return format_table(["system", "rate"] + [f"{n}{'+' if n == QUIET_MAX_BATCH else ''} streams live / sim ms"
-                                              for n in batches], body)
+                                              for n in batches],
+                        _live_beside_sim(rows, "quiet_excess", batches, "median_s", key_of=int))
 
 
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
