@@ -135,6 +135,9 @@ class DeploymentConfig(_Strict):
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     diagnostics: DiagnosticsConfig = Field(default_factory=DiagnosticsConfig)
+    engine_start_timeout_s: Optional[float] = Field(
+        None, gt=0, description="a worker whose engine has not started by then is restarted once; "
+                                "None: 300 s on CPU, 1800 s on GPU (large models load for minutes)")
 
     @field_validator("workers")
     @classmethod
@@ -150,6 +153,12 @@ class DeploymentConfig(_Strict):
     @property
     def resolved_device(self) -> str:
         return resolve_device(self.device)
+
+    @property
+    def resolved_engine_start_timeout_s(self) -> float:
+        if self.engine_start_timeout_s is not None:
+            return self.engine_start_timeout_s
+        return 300.0 if self.resolved_device == "cpu" else 1800.0
 
     def role_counts(self) -> dict[str, int]:
         return {role: rc.count for role, rc in self.workers.items() if rc.count > 0}

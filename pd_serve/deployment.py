@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from pd_serve.caller_streams import CallerStreams
 from pd_serve.config import DeploymentConfig, as_config
@@ -292,14 +292,19 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     phase_done("model")  # the default model is generated here on a machine's first run
     owns_ray = init_ray(address)
     phase_done("ray")
+    workers: dict[str, Any] = {}
     try:
         single_node = len([n for n in ray.nodes() if n.get("Alive")]) == 1
         num_cores = max(1, int(ray.cluster_resources().get("CPU", os.cpu_count() or 1)))
         specs = _worker_specs(cfg, model, cfg.tokenizer, device, single_node, num_cores)
         actor_cls = ray.remote(EngineWorker)
-        workers = {s.worker_id: actor_cls.options(**_actor_options(cfg, s, detached_name)).remote(s)
-                   for s in specs}
-        infos = dict(zip(workers, ray.get([w.start.remote() for w in workers.values()])))
+        spec_of = {s.worker_id: s for s in specs}
+
+        def new_worker(wid: str) -> Any:
+            return actor_cls.options(**_actor_options(cfg, spec_of[wid], detached_name)).remote(spec_of[wid])
+
+        workers.update({wid: new_worker(wid) for wid in spec_of})
+        infos = _start_engines(workers, new_worker, cfg.resolved_engine_start_timeout_s)
         child_pids = _engine_child_pids(workers)
         phase_done("engines")
         calibration = calibrate_engines(workers, infos) if cfg.scheduler.calibrate else None
@@ -328,6 +333,9 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     except BaseException:
         if owns_ray:
             ray.shutdown()
+        else:  # a cluster that lives on keeps nothing of a deployment that did not start
+            for w in workers.values():
+                ray.kill(w, no_restart=True)
         raise
     dep = Deployment(cfg, router, workers, infos, time.perf_counter() - t0, handshake_s, owns_ray,
                      child_pids, shm_segments, ready["max_model_len"], ready["vocab_size"], calibration,
@@ -391,6 +399,40 @@ def calibrate_engines(workers: dict[str, Any], infos: dict[str, WorkerInfo], one
     logger.info("step-time model calibrated on %d engine steps in %.1fs: %s", cal.num_samples,
                 cal.seconds, cal.summary())
     return cal
+
+
+class EngineStartTimeout(RuntimeError):
+    """A worker's engine did not start in time, twice."""
+
+
+def _start_engines(workers: dict[str, Any], new_worker: Callable[[str], Any],
+                   timeout_s: float) -> dict[str, WorkerInfo]:
+    """Start every worker's engine at once and return their infos. A worker not started within
+    `timeout_s` is killed and started afresh once: vLLM waits without a timeout for its NIXL
+    handshake listener, which dies if its port was taken meanwhile (seen in a clean clone's tests,
+    2026-12-02), and a fresh worker draws a fresh port. Replaced workers are swapped in `workers`
+    in place, so that the caller's clean-up finds them. A second miss raises EngineStartTimeout."""
+    import ray
+
+    infos: dict[str, WorkerInfo] = {}
+    todo, retried = list(workers), False
+    while True:
+        refs = {wid: workers[wid].start.remote() for wid in todo}
+        _, pending = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        late = sorted(wid for wid, ref in refs.items() if ref in pending)
+        infos.update(zip([w for w in todo if w not in late],
+                         ray.get([refs[w] for w in todo if w not in late])))
+        if not late:
+            return {wid: infos[wid] for wid in workers}
+        msg = (f"worker(s) {', '.join(late)} did not start their engines within {timeout_s:.0f} s "
+               f"(engine_start_timeout_s); their logs are in the Ray session's logs folder")
+        if retried:
+            raise EngineStartTimeout(msg)
+        logger.warning("%s; starting them afresh", msg)
+        for wid in late:  # Ray ends a killed actor's child processes (the engine core) with it
+            ray.kill(workers[wid], no_restart=True)
+            workers[wid] = new_worker(wid)
+        todo, retried = late, True
 
 
 def _engine_child_pids(workers: dict[str, Any]) -> list[int]:

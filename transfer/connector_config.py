@@ -8,9 +8,13 @@ node do not collide.
 """
 from __future__ import annotations
 
+import logging
+import random
 import socket
 from dataclasses import dataclass, field
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 BACKENDS = ("nixl", "nccl", "auto")
 NCCL_CONNECTOR = "P2pNcclConnector"
@@ -62,10 +66,46 @@ def resolve_backend(backend: str, device: str) -> str:
     return "nixl" if backend == "auto" else backend
 
 
-def allocate_port(host: str = "127.0.0.1") -> int:
-    """A port that is free on this node now: the OS picks it, so concurrent workers differ."""
+# Side-channel ports come from above Ray's worker ports (10002-19999 by default) and below the
+# kernel's ephemeral range. The port is only reserved until vLLM binds it, 15-30 s later, and an
+# ephemeral port is what every outgoing connection on the node takes meanwhile: a clean clone's
+# tests saw vLLM's handshake listener fail with "Address already in use" on one (35163,
+# 2026-12-02), and vLLM then waited for it forever.
+PORT_RANGE_LOW = 20000
+DEFAULT_EPHEMERAL_LOW = 32768
+PORT_TRIES = 64
+
+
+def ephemeral_low(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux; else the IANA default)."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return DEFAULT_EPHEMERAL_LOW
+
+
+def _is_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def allocate_port(host: str = "127.0.0.1", rng: random.Random | None = None) -> int:
+    """A port that is free on this node now, outside the ephemeral range (see above); drawn at
+    random, so workers starting together differ. Where none is free there, one the OS picks."""
+    rng = rng or random.SystemRandom()
+    high = ephemeral_low()
+    if high - PORT_RANGE_LOW > PORT_TRIES:
+        for port in rng.sample(range(PORT_RANGE_LOW, high), PORT_TRIES):
+            if _is_free(host, port):
+                return port
+    logger.warning("no free port in %d-%d on %s; taking one the OS picks (it may be taken again "
+                   "before vLLM binds it)", PORT_RANGE_LOW, high - 1, host)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
 

@@ -88,3 +88,11 @@ def test_the_all_thread_stack_dump_is_off_unless_asked_for():
     assert _with(diagnostics={"stack_dump_after_s": 0.25}).diagnostics.stack_dump_after_s == 0.25
     with pytest.raises(ConfigError, match=r"diagnostics\.stack_dump_after_s"):
         _with(diagnostics={"stack_dump_after_s": 0.01})  # at or under the watch's re-arm period
+
+
+def test_the_engine_start_timeout_defaults_by_device_and_can_be_set():
+    assert _with().resolved_engine_start_timeout_s == 300.0
+    assert _with(device="gpu").resolved_engine_start_timeout_s == 1800.0  # large models load for minutes
+    assert _with(engine_start_timeout_s=45).resolved_engine_start_timeout_s == 45.0
+    with pytest.raises(ConfigError, match="engine_start_timeout_s"):
+        _with(engine_start_timeout_s=0)

@@ -1,10 +1,14 @@
 """Each worker's KV-connector settings, and why 'nccl' cannot be chosen."""
 from __future__ import annotations
 
+import random
+import socket
+
 import pytest
 
-from transfer.connector_config import (NCCL_CONNECTOR, BackendUnavailableError, connector_settings,
-                                       resolve_backend, vllm_has_connector)
+from transfer.connector_config import (NCCL_CONNECTOR, PORT_RANGE_LOW, BackendUnavailableError,
+                                       allocate_port, connector_settings, ephemeral_low, resolve_backend,
+                                       vllm_has_connector)
 
 
 def test_auto_is_nixl_on_every_device():
@@ -45,3 +49,25 @@ def test_nccl_on_gpus_says_the_installed_vllm_no_longer_ships_its_connector():
     assert vllm_has_connector("NixlConnector") and not vllm_has_connector(NCCL_CONNECTOR)
     with pytest.raises(BackendUnavailableError, match=r"no longer ships.*#44854.*use 'nixl' or 'auto'"):
         resolve_backend("nccl", "gpu")
+
+
+def test_side_channel_ports_come_from_outside_the_ephemeral_range_and_skip_taken_ones():
+    high = ephemeral_low()
+    ports = {allocate_port() for _ in range(20)}
+    assert all(PORT_RANGE_LOW <= p < high for p in ports), (ports, high)
+    assert len(ports) > 1  # drawn at random: workers starting together differ
+
+    # The first port drawn is taken: the next one is given.
+    first = random.Random(7).sample(range(PORT_RANGE_LOW, high), 1)[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", first))
+        held.listen()
+        port = allocate_port(rng=random.Random(7))
+    assert port != first and PORT_RANGE_LOW <= port < high
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_else_the_default(tmp_path):
+    f = tmp_path / "ip_local_port_range"
+    f.write_text("40000\t60999\n")
+    assert ephemeral_low(str(f)) == 40000
+    assert ephemeral_low(str(tmp_path / "missing")) == 32768
