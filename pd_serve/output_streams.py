@@ -46,6 +46,11 @@ class WorkerRequestError(RuntimeError):
     """A request failed inside its worker (the worker itself lives on)."""
 
 
+class GaveUp(Exception):
+    """The reader stopped waiting for a request's items (`OutputStreams.stream`'s `give_up`
+    said why); the request was aborted on its worker."""
+
+
 class Outbox:
     """The worker's end: outputs waiting for its one stream to the router."""
 
@@ -157,11 +162,14 @@ class OutputStreams:
         """Requests waiting for outputs (from `worker_id`, else from any worker)."""
         return sum(1 for w, _ in self._queues if worker_id is None or w == worker_id)
 
-    async def stream(self, worker_id: str, request_id: str,
-                     submit: Callable[[], Awaitable[Any]]) -> AsyncIterator[dict]:
+    async def stream(self, worker_id: str, request_id: str, submit: Callable[[], Awaitable[Any]],
+                     give_up: Callable[[], str | None] | None = None,
+                     check_s: float = 0.05) -> AsyncIterator[dict]:
         """Start the request (`submit()`, the worker's submit call) and yield its items up to the
         one that finishes it. A request the caller leaves before then is aborted on the worker;
-        a worker whose stream fails raises that failure in each of its requests."""
+        a worker whose stream fails raises that failure in each of its requests. `give_up`,
+        asked every `check_s` while an item is awaited: a reason to stop waiting (the request
+        is aborted on the worker and GaveUp(reason) raised), else None."""
         key = (worker_id, request_id)
         if key in self._queues:
             raise ValueError(f"request {request_id} is already running on {worker_id}")
@@ -177,7 +185,7 @@ class OutputStreams:
                 raise
             submitted = True
             while True:
-                item = await queue.get()
+                item = await (queue.get() if give_up is None else self._get_unless(queue, give_up, check_s))
                 if isinstance(item, BaseException):
                     submitted = False  # the worker's stream failed: nothing there to abort
                     raise item
@@ -195,6 +203,22 @@ class OutputStreams:
             del self._queues[key]
             if submitted and not finished:
                 contextvars.Context().run(self._abort, worker_id, request_id)  # not cancelled with us
+
+    @staticmethod
+    async def _get_unless(queue: asyncio.Queue, give_up: Callable[[], str | None], check_s: float) -> Any:
+        """The queue's next item, unless `give_up` gives a reason first (GaveUp). One getter
+        waits throughout: cancelling a get on each check could drop an item that came meanwhile."""
+        getter = asyncio.ensure_future(queue.get())
+        try:
+            while True:
+                done, _ = await asyncio.wait({getter}, timeout=check_s)
+                if done:
+                    return getter.result()
+                if (reason := give_up()) is not None:
+                    raise GaveUp(reason)
+        finally:
+            if not getter.done():
+                getter.cancel()
 
     def _ensure_pump(self, worker_id: str) -> None:
         task = self._pumps.get(worker_id)

@@ -7,8 +7,10 @@ A request's life (numbered as in DESIGN.md):
 3a. colocated: the decode-capable worker prefills (chunked) and decodes, tokens stream back;
 3b. disaggregated: the prefill worker runs the prompt with max_tokens=1 and do_remote_decode and
    returns kv_transfer_params; the decode worker pulls the KV blocks through them and decodes.
-   If the prefill worker fails, the decode worker prefills locally: the fallback is counted and
-   reported in the result, never hidden;
+   If the prefill worker fails, or (for a prompt the adaptive policy sent there) it stalls
+   (silent past twice the longest its queue could take, schedulers/stall.py) after the prompt
+   waited its TTFT SLO while the decode worker does not, the decode worker prefills locally:
+   the fallback is counted and reported in the result, never hidden;
 4. the result carries route, workers, TTFT, inter-token latencies, transfer bytes and seconds.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pd_serve.config import DeploymentConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
 from pd_serve.metrics import RouterMetrics, decision_reason_label, prefill_time_s  # [frontdoors]
-from pd_serve.output_streams import Outbox, OutputStreams, Running
+from pd_serve.output_streams import GaveUp, Outbox, OutputStreams, Running
 from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
@@ -511,15 +513,29 @@ class Router:
         self.prefill_queues.sent(pid, rid, len(token_ids), time.time())
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
+        give_up = None
+        # Only what the adaptive policy chose from its predictions is taken back: a forced route,
+        # or another policy's (the disaggregated baseline's), waits on as asked.
+        if req.route == "auto" and self.auto_policy.name == "adaptive":
+            ttft_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[0]
+            t_sent = time.time()
+            give_up = lambda: self._prefill_stalled(pid, decision.decode_worker, t_sent, ttft_slo_s)  # noqa: E731
         try:
             t_call = time.time()
             prefill_rid = rid + "-prefill"
             async for item in self.worker_streams.stream(pid, prefill_rid, lambda: self.workers[pid].submit.remote(
-                    prefill_rid, token_ids, params, dict(PREFILL_KV_PARAMS))):
+                    prefill_rid, token_ids, params, dict(PREFILL_KV_PARAMS)),
+                    give_up=give_up):
                 self.last_output_s[pid] = time.time()
                 if last is None:
                     self._note_start(rid, pid, t_call, item)
                 last = item
+        except GaveUp as why:  # aborted there; a prefill it finished meanwhile is freed by abort_timeout_s
+            self.counters["route_fallbacks"] += 1
+            self.counters["prefills_taken_back"] += 1
+            reason = f"{why}; prefilled locally"
+            logger.warning("request %s: %s", rid, reason)
+            return None, reason, None
         except Exception as err:
             if not _is_actor_failure(err):
                 raise
@@ -538,6 +554,27 @@ class Router:
             logger.warning("request %s: %s", rid, reason)
             return None, reason, None
         return kv_params, None, last.get("engine_ttft_s")
+
+    def _worker_stall_s(self, wid: str) -> float:
+        """`wid`'s stall now, as the view gives it to the policy (`_stall_s`)."""
+        num_running = int((self.loads.get(wid) or {}).get("num_running", 0))
+        return self._stall_s(wid, num_running, self.feedback.factor_at(self.host_inflight(wid)))
+
+    def _prefill_stalled(self, pid: str, did: str, t_sent: float, ttft_slo_s: float) -> str | None:
+        """Why to take a prompt sent at `t_sent` back from its prefill worker `pid` and prefill it
+        on its decode worker `did`: the prompt has waited its whole TTFT SLO, `pid` is stalled
+        and `did` is not; else None. A stalled worker may never answer (a stopped process):
+        measured in run 44 (2026-12-02), hybrid's prefill worker stalled for 2.47 s and two
+        430-token prompts routed to it just before waited 2.6 and 2.7 s for their first tokens.
+        Waiting out the SLO first keeps the short silences of a busy prefill worker, which the
+        stall rule also flags (0.08-0.42 s on the disaggregated deployment at 8 req/s, run 44),
+        from costing a prompt its place in a queue that was about to serve it."""
+        if time.time() - t_sent < ttft_slo_s:
+            return None
+        stalled_s = self._worker_stall_s(pid)
+        if stalled_s <= 0 or self._worker_stall_s(did) > 0:
+            return None
+        return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)"
 
     async def _decode(self, rid: str, token_ids: list[int], req: GenerateRequest, wid: str,
                       kv_params: dict | None, result: GenerateResult,

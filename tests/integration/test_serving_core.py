@@ -7,6 +7,7 @@ and the last ones kill the prefill worker and shut everything down.
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import threading
 import time
@@ -322,6 +323,64 @@ def test_every_process_watches_its_event_loop(hybrid):
         assert r["num_stalls"] >= len(r["stalls"]), (name, r)
         for stall in r["stalls"]:
             assert stall["stall_s"] >= r["threshold_s"] and stall["t_start"] > 0, (name, stall)
+
+
+STOP_S = 25.0  # how long the stalled prefill engine stays stopped
+
+
+def test_a_prompt_on_a_stalled_prefill_worker_is_taken_back_and_prefilled_locally(hybrid):
+    """The adaptive router sends a long prompt to the prefill worker, whose engine then stops
+    (SIGSTOP: a process that gets no CPU). Waiting would cost the whole stop; once the prompt has
+    waited its TTFT SLO and the router sees the worker silent past twice its longest wait, it
+    aborts the prompt there and prefills it on the decode worker (router.py `_prefill_stalled`)."""
+    # A long prompt forced onto the decode-capable worker first: behind it, the second long
+    # prompt would miss its SLO there, and the policy sends it to the prefill-only worker.
+    # (On an idle deployment a 7,000-token prefill is predicted to meet the 1 s SLO locally.)
+    ahead = distinct_prompt(7000, 79)
+    prompt = distinct_prompt(7000, 77)
+    engine_pids = ray.get(hybrid.workers["prefill-0"].child_pids.remote())
+    assert engine_pids
+    box: dict = {}
+
+    def run(key: str, ids: list[int], route: str) -> None:
+        try:
+            box[key] = hybrid.generate(prompt_token_ids=ids, max_tokens=8, ignore_eos=True, route=route)
+        except Exception as err:
+            box[key + " error"] = err
+
+    first = threading.Thread(target=run, args=("ahead", ahead, "colocated"))
+    first.start()
+    time.sleep(0.2)  # the router has it on both-0's queue
+    t = threading.Thread(target=run, args=("result", prompt, "auto"))
+    t.start()
+    time.sleep(0.5)  # routed and sent, its prefill under way
+    stopped = time.time()
+    for pid in engine_pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        t.join(timeout=STOP_S)
+        served_in_s = time.time() - stopped
+    finally:
+        for pid in engine_pids:
+            os.kill(pid, signal.SIGCONT)
+    t.join(timeout=120)
+    first.join(timeout=120)
+    assert not [k for k in box if k.endswith("error")], box
+    assert box["ahead"].route == "colocated"
+    r = box["result"]
+    assert r.route == "colocated" and r.decode_worker == "both-0" and r.prefill_worker is None, r
+    assert r.fallback and "prefill worker prefill-0 stalled" in r.fallback, (r.fallback, r.decision_reason, r.ttft_s, r.predicted_ttft_s)
+    assert served_in_s < STOP_S - 1, served_in_s  # it did not wait for the engine to go on
+    assert len(r.token_ids) == 8
+    print(f"taken back: served {served_in_s:.2f} s after the stop, TTFT {r.ttft_s:.2f} s")
+    assert hybrid.status()["counters"]["prefills_taken_back"] >= 1
+    # Nothing is left behind: the aborted prompt's KV on the prefill worker (its step may finish
+    # first when it goes on; abort_timeout_s, 30 s, frees what no decode reads), the request.
+    after = wait_until_nothing_left(hybrid, within_s=45)
+    assert not any(after["left"].values()) and not any(after["kv_usage"].values()), after
+    # The prefill worker serves again.
+    again = hybrid.generate(prompt_token_ids=distinct_prompt(1000, 78), max_tokens=2, route="disaggregated")
+    assert again.route == "disaggregated" and again.prefill_worker == "prefill-0"
 
 
 def test_prefill_worker_death_falls_back_to_a_local_prefill(hybrid):

@@ -6,7 +6,7 @@ import contextvars
 
 import pytest
 
-from pd_serve.output_streams import Outbox, OutputStreams, Running, WorkerRequestError
+from pd_serve.output_streams import GaveUp, Outbox, OutputStreams, Running, WorkerRequestError
 
 
 class FakeWorker:
@@ -185,6 +185,52 @@ def test_the_pump_and_the_abort_run_in_no_requests_context():
     seen, w = asyncio.run(main())
     assert w.aborted == ["a"]
     assert seen == {"pump": None, "abort": None, "submitted": None}
+
+
+def test_a_request_given_up_on_is_aborted_and_its_items_before_are_kept():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        asked = []
+
+        def give_up():  # a reason on its third time of asking
+            asked.append(1)
+            return "worker w0 stalled" if len(asked) >= 3 else None
+
+        async def read():
+            got = []
+            try:
+                async for item in streams.stream("w0", "a", lambda: w.submit("a"), give_up=give_up, check_s=0.01):
+                    got.append(item)
+            except GaveUp as why:
+                return got, str(why)
+
+        task = asyncio.ensure_future(read())
+        await asyncio.sleep(0.005)
+        w.outbox.put("a", {"n": 0})
+        return await task, w, streams, len(asked)
+
+    (got, why), w, streams, asked = asyncio.run(main())
+    assert got == [{"n": 0}] and "stalled" in why  # the item before it was kept
+    assert w.aborted == ["a"] and streams.num_streaming("w0") == 0  # nothing left behind
+    assert asked == 3
+
+
+def test_an_item_that_comes_while_give_up_is_asked_is_not_lost():
+    async def main():
+        w = FakeWorker()
+        streams = streams_for({"w0": w})
+        task = asyncio.ensure_future(collect_given(streams, w))
+        for n in range(5):  # items between the checks, and one the last check waits on
+            await asyncio.sleep(0.013)
+            w.outbox.put("a", {"n": n, "finished": n == 4})
+        return await task
+
+    async def collect_given(streams, w):
+        return [item async for item in streams.stream("w0", "a", lambda: w.submit("a"),
+                                                      give_up=lambda: None, check_s=0.005)]
+
+    assert [item["n"] for item in asyncio.run(main())] == [0, 1, 2, 3, 4]
 
 
 def test_a_failed_stream_raises_in_each_of_its_workers_requests_only():
