@@ -219,12 +219,16 @@ class Router:
         node = self.infos[wid].node_ip
         return sum(self.inflight[w] for w, info in self.infos.items() if info.node_ip == node)
 
+    def _running_and_speed(self, wid: str) -> tuple[int, float]:
+        """`wid`'s running requests as it last reported them, and its host's speed factor now."""
+        num_running = int((self.loads.get(wid) or {}).get("num_running", 0))
+        return num_running, self.feedback.factor_at(self.host_inflight(wid))
+
     def view(self) -> ClusterView:
         workers = []
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
-            num_running = int(load.get("num_running", 0))
-            speed = self.feedback.factor_at(self.host_inflight(wid))
+            num_running, speed = self._running_and_speed(wid)
             workers.append(WorkerView(
                 worker_id=wid, role=info.role, is_healthy=self.healthy[wid],
                 num_running=num_running, num_waiting=int(load.get("num_waiting", 0)),
@@ -510,15 +514,15 @@ class Router:
         prefills locally), and the prompt's TTFT inside the prefill engine."""
         pid = decision.prefill_worker
         self.inflight[pid] += 1
-        self.prefill_queues.sent(pid, rid, len(token_ids), time.time())
+        t_sent = time.time()
+        self.prefill_queues.sent(pid, rid, len(token_ids), t_sent)
         params = dict(req.sampling_params(), max_tokens=1)
         last = None
         give_up = None
         # Only what the adaptive policy chose from its predictions is taken back: a forced route,
         # or another policy's (the disaggregated baseline's), waits on as asked.
         if req.route == "auto" and self.auto_policy.name == "adaptive":
-            ttft_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[0]
-            t_sent = time.time()
+            ttft_slo_s = self._slos_s(rid, len(token_ids), req)[0]
             give_up = lambda: self._prefill_stalled(pid, decision.decode_worker, t_sent, ttft_slo_s)  # noqa: E731
         try:
             t_call = time.time()
@@ -557,8 +561,11 @@ class Router:
 
     def _worker_stall_s(self, wid: str) -> float:
         """`wid`'s stall now, as the view gives it to the policy (`_stall_s`)."""
-        num_running = int((self.loads.get(wid) or {}).get("num_running", 0))
-        return self._stall_s(wid, num_running, self.feedback.factor_at(self.host_inflight(wid)))
+        return self._stall_s(wid, *self._running_and_speed(wid))
+
+    def _slos_s(self, rid: str, num_tokens: int, req: GenerateRequest) -> tuple[float, float]:
+        """The request's (TTFT, TPOT) SLOs, from its prompt's length bucket."""
+        return self.slo_table.for_request(RequestInfo(rid, num_tokens, req.max_tokens))
 
     def _prefill_stalled(self, pid: str, did: str, t_sent: float, ttft_slo_s: float) -> str | None:
         """Why to take a prompt sent at `t_sent` back from its prefill worker `pid` and prefill it
@@ -583,7 +590,7 @@ class Router:
         if kv_params is None:
             self.prefill_queues.sent(wid, rid, len(token_ids), time.time())
         first = True
-        tpot_slo_s = self.slo_table.for_request(RequestInfo(rid, len(token_ids), req.max_tokens))[1]
+        tpot_slo_s = self._slos_s(rid, len(token_ids), req)[1]
         try:
             t_call = time.time()
             async for item in self.worker_streams.stream(wid, rid, lambda: self.workers[wid].submit.remote(
