@@ -109,8 +109,11 @@ def _engine_ttft_s(out, t_submit_mono: float) -> float | None:
 class EngineWorker(ProbeHost):
     """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`.
 
-    As a ProbeHost it can also hold a NIXL probe endpoint, so that links are probed between the
-    very processes whose engines transfer KV."""
+    As a ProbeHost it can also hold a NIXL probe endpoint, so that links are probed from the
+    very node and devices whose engines transfer KV. The endpoint runs in a child process of the
+    actor (transfer/probe_child.py): NIXL in the serving process came with held stalls."""
+
+    probe_in_child = True
 
     def __init__(self, spec: WorkerSpec):
         from pd_serve.logs import log_to_stderr

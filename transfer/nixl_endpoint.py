@@ -81,6 +81,10 @@ class ProbeEndpoint:
                     self.agent_name, self.buffer.nbytes >> 20, self.buffer.mem_type,
                     layout.num_regions, layout.num_blocks, layout.desc_bytes, self.setup_s)
 
+    @property
+    def device(self) -> str:
+        return self.buffer.device
+
     @staticmethod
     def _descs(base_addr: int, layout: BlockLayout, device_id: int) -> np.ndarray:
         """Nx3 (addr, len, device) rows, descriptor id = region * num_blocks + block."""

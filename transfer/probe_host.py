@@ -18,6 +18,7 @@ from transfer.probe_records import EndpointInfo, ReadSample
 
 if TYPE_CHECKING:
     from transfer.nixl_endpoint import AgentOptions, ProbeEndpoint
+    from transfer.probe_child import ChildEndpoint
 
 logger = logging.getLogger(__name__)
 
@@ -25,24 +26,31 @@ logger = logging.getLogger(__name__)
 class ProbeHost:
     """Mixin giving an actor one `ProbeEndpoint` and remote-callable probe methods."""
 
-    _probe_endpoint: "ProbeEndpoint | None" = None
+    _probe_endpoint: "ProbeEndpoint | ChildEndpoint | None" = None
+    # Host the endpoint in a child process (transfer.probe_child): for actors that serve, so
+    # that NIXL, UCX and their threads never load into the serving process.
+    probe_in_child: bool = False
 
     def probe_open(self, layout: BlockLayout, device: str = "cpu", name: str = "probe",
                    options: "AgentOptions | None" = None) -> EndpointInfo:
         """Create (or re-create, if the layout or device changed) the endpoint; return its info."""
-        from transfer.nixl_endpoint import AgentOptions, ProbeEndpoint  # nixl only when probing
+        from transfer.nixl_endpoint import AgentOptions, ProbeEndpoint  # NIXL loads with an endpoint
 
         current = self._probe_endpoint
-        if current is not None and current.layout == layout and current.buffer.device == device:
+        if current is not None and current.layout == layout and current.device == device:
             return current.info()
         if current is not None:
             logger.info("re-opening probe endpoint %s for %s on %s; readers of the old one must "
                         "reconnect", current.agent_name, layout, device)
             current.close()
-        self._probe_endpoint = ProbeEndpoint(layout, device, name, options or AgentOptions())
+        if self.probe_in_child:
+            from transfer.probe_child import ChildEndpoint
+            self._probe_endpoint = ChildEndpoint(layout, device, name, options or AgentOptions())
+        else:
+            self._probe_endpoint = ProbeEndpoint(layout, device, name, options or AgentOptions())
         return self._probe_endpoint.info()
 
-    def _probe(self) -> "ProbeEndpoint":
+    def _probe(self) -> "ProbeEndpoint | ChildEndpoint":
         if self._probe_endpoint is None:
             raise RuntimeError("no probe endpoint in this actor: call probe_open first")
         return self._probe_endpoint

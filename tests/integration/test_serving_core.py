@@ -62,6 +62,17 @@ def test_the_start_up_says_where_its_time_went(hybrid):
     assert hybrid.phases_text().startswith("model ") and "link probe" in hybrid.phases_text()
 
 
+def test_the_link_probe_left_no_ucx_in_the_serving_processes(hybrid):
+    """The start-up probe ran (its fits are there) in child processes of the workers: UCX (its
+    memory hooks included) and NIXL's UCX backend are not mapped into the worker actors, which
+    serve (transfer/probe_child.py). vLLM's front-end maps NIXL's core library itself."""
+    assert hybrid.link_probes and all(p.is_verified for p in hybrid.link_probes)
+    for wid, info in hybrid.infos.items():
+        with open(f"/proc/{info.pid}/maps") as maps:
+            loaded = {line.split()[-1] for line in maps if "libuc" in line or "plugin_UCX" in line}
+        assert not loaded, (wid, sorted(loaded))
+
+
 def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
     first, steady = hybrid.startup_probe
     assert first.route == "disaggregated" and first.kv_transfer_bytes > 0

@@ -15,6 +15,7 @@ from transfer.kv_geometry import KVGeometry  # noqa: E402
 from transfer.link_model import LinkModelRegistry  # noqa: E402
 from transfer.probe import ProbeSettings, run_probe_between  # noqa: E402
 from transfer.probe_actor import ProbeActor  # noqa: E402
+from transfer.probe_host import ProbeHost  # noqa: E402
 from transfer.probe_layout import BlockLayout  # noqa: E402
 from transfer.probe_report import format_probe_table, load_probe_json, write_probe_json  # noqa: E402
 
@@ -64,3 +65,64 @@ def test_probe_between_two_actors_fits_a_positive_bandwidth(ray_cluster, tmp_pat
     assert registry.predict("p0", "d0", 16 << 20) == pytest.approx(result.fit.predict(16 << 20))
 
     ray.get([prefill.probe_close.remote(), decode.probe_close.remote()])
+
+
+@ray.remote(num_cpus=0)
+class ServingLikeProbeActor(ProbeHost):
+    """Hosts its endpoint in a child process, as a pd-serve worker does."""
+
+    probe_in_child = True
+
+    def loaded(self) -> list[str]:
+        """The NIXL and UCX libraries mapped into this actor's own process."""
+        with open("/proc/self/maps") as maps:
+            return sorted({line.split()[-1] for line in maps if "nixl" in line or "libuc" in line
+                           or "plugin_UCX" in line})
+
+    def child_pid(self) -> int | None:
+        return self._probe_endpoint.pid if self._probe_endpoint is not None else None
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_a_probe_hosted_in_child_processes_measures_the_link_and_leaves_nothing_behind(ray_cluster):
+    prefill, decode = ServingLikeProbeActor.remote(), ServingLikeProbeActor.remote()
+    layout = BlockLayout.from_geometry(GEOMETRY, MAX_NUM_TOKENS)
+    result = run_probe_between(prefill, decode, layout, prefill_id="p0", decode_id="d0",
+                               settings=ProbeSettings(num_reps=3, max_seconds=5.0))
+    assert result.is_verified
+    assert 5e7 < result.fit.beta_bytes_per_s < 1e11
+    children = ray.get([prefill.child_pid.remote(), decode.child_pid.remote()])
+    assert all(pid and os.path.exists(f"/proc/{pid}") for pid in children)
+    ray.get([prefill.probe_close.remote(), decode.probe_close.remote()])
+    # the children are gone, and NIXL and UCX never loaded into the actors' own processes
+    assert not any(os.path.exists(f"/proc/{pid}") and _is_running(pid) for pid in children)
+    assert ray.get([prefill.loaded.remote(), decode.loaded.remote()]) == [[], []]
+
+
+def _is_running(pid: int) -> bool:
+    """True unless the process is a zombie (ended, not yet reaped) or gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_child_endpoint_that_cannot_start_says_why_and_a_closed_one_refuses_calls():
+    from transfer.probe_child import ChildEndpoint, ChildEndpointError
+
+    layout = BlockLayout.from_geometry(GEOMETRY, 256)
+    with pytest.raises(ChildEndpointError, match="start failed"):
+        ChildEndpoint(layout, device="cuda:99")  # no such GPU here, or anywhere
+    endpoint = ChildEndpoint(layout)
+    pid = endpoint.pid
+    assert endpoint.info().layout == layout
+    with pytest.raises(AttributeError, match="no method"):
+        endpoint._call("close_everything")
+    endpoint.close()
+    assert not _is_running(pid)
+    with pytest.raises(ChildEndpointError, match="closed"):
+        endpoint.connect(endpoint.info())
