@@ -95,9 +95,16 @@ def attainment_at(config: SimConfig, label: str, rate: float) -> float:
 def search_placement(base: dict[str, Any], placement: Placement, start: float,
                      target: float = DEFAULT_ATTAINMENT, num_requests: int | None = None,
                      rel_precision: float = DEFAULT_REL_PRECISION) -> RateSearch:
+    """The highest rate at which `placement` meets `target`; when no rate run came clear of the
+    target (CEILING_MARGIN), one more run at an eighth of the lowest rate tells a placement that
+    the SLOs bound (it stays near the target) from one the load bounds (it clears it)."""
     config = config_for(base, placement, num_requests)
-    return max_rate_meeting(lambda rate: attainment_at(config, placement.label, rate), start,
-                            target, rel_precision)
+    search = max_rate_meeting(lambda rate: attainment_at(config, placement.label, rate), start,
+                              target, rel_precision)
+    if max(share for _, share in search.points) < target + CEILING_MARGIN:
+        low = min(rate for rate, _ in search.points) / 8
+        search.points.append((low, attainment_at(config, placement.label, low)))
+    return search
 
 
 def result_rows(results: Sequence[tuple[Placement, RateSearch]], gpus_per_engine: int) -> list[dict[str, Any]]:

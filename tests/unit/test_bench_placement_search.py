@@ -60,6 +60,20 @@ def test_a_placement_whose_best_attainment_stays_near_the_target_is_flagged_slo_
     assert "90.5% (SLO-bound)" in ps.rows_table(rows, 0.9)
 
 
+@pytest.mark.parametrize("light_load_share, is_slo_bound", [(0.99, False), (0.91, True)])
+def test_a_search_that_never_clears_the_target_looks_once_at_a_light_load(monkeypatch, light_load_share,
+                                                                          is_slo_bound):
+    # 91% at 8-10 req/s, collapsing beyond; below 8 req/s either clear (load-bound) or not (SLO-bound)
+    share = lambda rate: 0.5 if rate > 10 else 0.91 if rate >= 8 else light_load_share  # noqa: E731
+    monkeypatch.setattr(ps, "attainment_at", lambda config, label, rate: share(rate))
+    base = ps.read_sim_config_dict(CONFIG)
+    search = ps.search_placement(base, ps.placements(4, ["colocated"])[0], start=8.0, num_requests=20)
+    assert 9.8 <= search.max_rate <= 10.0
+    assert search.points[-1][0] == 1.0  # the extra look, at an eighth of the lowest rate run
+    (row,) = ps.result_rows([(ps.placements(4, ["colocated"])[0], search)], 1)
+    assert ps.slo_bound(row, 0.9) == is_slo_bound
+
+
 def test_the_search_runs_the_real_simulator_end_to_end(tmp_path, capsys):
     code = ps.main(["--config", str(CONFIG), "--engines", "2", "--num-requests", "40",
                     "--families", "colocated,disaggregated", "--precision", "0.1", "--out", str(tmp_path)])
