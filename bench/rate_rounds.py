@@ -1,7 +1,7 @@
 """The rates experiment repeated in rounds, pooled: one comparison that a slow minute cannot decide.
 
 On a shared 2-core host a decode step drifts by about +-20% over seconds and a deployment's
-calibration by as much between start-ups (README, runs 12-16); one sweep runs each system once,
+calibration by as much between start-ups (docs/MEASUREMENTS.md, runs 12-16); one sweep runs each system once,
 minutes apart from the others, so one or two requests near their SLO fall either way and a
 60-request cell moves by 2-3% between identical runs. `bench.compare --experiment rates --rounds
 R` runs the whole sweep R times, each round deploying every system afresh in a rotated order

@@ -53,7 +53,7 @@ def init_ray(address: str | None = None, namespace: str = NAMESPACE) -> bool:
     # process at nice 0 (Ray's own daemons, the driver, a benchmark client) CFS then gives them
     # 36/1024 of a shared core. Beside a nice-0 process burning 0.3 s of a core every 2 s, the
     # short prompts' longest TTFT was 0.62-0.83 s at nice 15 and 0.26-0.47 s at nice 0 on this
-    # 2-core host (README, "Found since"). A GPU node has cores to spare; a CPU node serves on
+    # 2-core host (docs/MEASUREMENTS.md, "Found since"). A GPU node has cores to spare; a CPU node serves on
     # the very cores it shares. An attached cluster keeps its own setting
     # (`RAY_worker_niceness=0 ray start ...`); each worker reports its niceness (WorkerInfo).
     system_config = {"worker_niceness": 0} if started else None

@@ -3,7 +3,7 @@
 Everything a worker actor or the router does for a request runs on one event loop: a call
 handed over by Ray starts there, every token is streamed from there. When that loop is held (a
 synchronous call, a long computation, a thread holding the GIL), nothing of that process moves.
-On this CPU host, calls have begun 0.4-0.9 s after the router made them (README, "Late starts"),
+On this CPU host, calls have begun 0.4-0.9 s after the router made them (docs/MEASUREMENTS.md, "Late starts"),
 with the engine idle meanwhile; vCPU preemption, garbage collection and paging were ruled out.
 
 Two parts:

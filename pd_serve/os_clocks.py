@@ -4,7 +4,7 @@ took (pages read back from disk), and the machine's steal and I/O wait.
 
 The event-loop watch (loop_stalls.py) takes one reading per heartbeat, so a stall comes with the
 OS's account of it. On this CPU host the worker actors' loops have been held 0.5-4.3 s while
-serving with the whole process held and no Python running in any thread (README, "Late
+serving with the whole process held and no Python running in any thread (docs/MEASUREMENTS.md, "Late
 starts"); these counters tell the remaining causes apart:
 - the loop thread runnable most of the time: the OS gave it no CPU (the engines, niced
   processes, spinning pollers);
@@ -18,7 +18,7 @@ starts"); these counters tell the remaining causes apart:
 Measured (2026-12-02, nine runs of adaptive at 8 req/s): the 0.1-0.3 s stalls while serving
 were 'no cpu'; the held ones of 0.94-7.9 s 'asleep', with no fault, steal or I/O wait, and
 threads of the process sampled from outside sat in mmap / munmap / mprotect / brk in `D` state:
-the address-space lock, held by something not found (README, "What holds a worker's process").
+the address-space lock, held by something not found (docs/MEASUREMENTS.md, "What holds a worker's process").
 Linux only (`/proc`); elsewhere every reading is None.
 """
 from __future__ import annotations

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 LOAD_POLL_INTERVAL_S = 0.25
 # A worker that begins a call this long after the router made it has left the request waiting
-# outside its engine. Seen on 2026-12-01 (README, "Late starts"): 0.6-0.9 s, several calls begun
+# outside its engine. Seen on 2026-12-01 (docs/MEASUREMENTS.md, "Late starts"): 0.6-0.9 s, several calls begun
 # together, the engine idle meanwhile; the cause is not found. Counted and logged so it shows.
 # (Both times are wall clocks; across nodes they differ by the clocks' skew, far below this.)
 LATE_START_S = 0.1

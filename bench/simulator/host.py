@@ -5,7 +5,7 @@ Everything else shares the other cores: each engine's loop (vLLM's EngineCore pr
 schedules a step, then waits for the worker by spinning on `sched_yield`), and the request
 path, which carries every output token from the engine through the worker's vLLM front-end,
 the router and the client. The loop and the path want the same cores at the same moment, the
-end of a step, and the engine's next step waits. Measured here (run 3, README): the
+end of a step, and the engine's next step waits. Measured here (run 3, docs/MEASUREMENTS.md): the
 decode-only worker of the disaggregated deployment stepped every 10-12.6 ms (median
 inter-token latency) where its calibration, on the idle engine, said 7.5 ms. The path spends
 about 3.5 ms of CPU per streamed token (`bench.host_cpu`). A simulator with private cores

@@ -105,7 +105,7 @@ def test_start_up_link_model_predicts_real_vllm_transfers(hybrid, num_tokens):
         ratios.append(predicted / r.kv_transfer_s)
     # The issue's target is 30%, measured by `python -m bench.transfer_prediction`. Here the test
     # guards the model's shape: the probe alone predicted 0.27-0.36 of the median real time in
-    # runs F and G (README), 0.2-0.35 before. Identical transfers swing 2-4x on these shared
+    # runs F and G (docs/MEASUREMENTS.md), 0.2-0.35 before. Identical transfers swing 2-4x on these shared
     # 2-core machines: in one deployment on the AVX2-only AMD one, 1,500-token transfers took
     # 3.0-12.9 ms (median 6.5) and 4,000-token ones 11.5-22.4 ms, consecutive or interleaved. The
     # warm-ups the excess comes from swing with them, in either direction. A factor of 2 failed
@@ -280,7 +280,7 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     running and beside 1, 2 and 4 streams per decode-capable engine; afterwards every background
     stream has ended, on the router and in the engines."""
     # Three probes per count: the factor is their median, so one probe caught in a host stall
-    # (this VM's worker processes sleep 1-33 s at times, README) cannot carry it. With two, one
+    # (this VM's worker processes sleep 1-33 s at times, docs/MEASUREMENTS.md) cannot carry it. With two, one
     # such probe made a factor of 12.8 (the bound is 10).
     stretch = measure_load_stretch(hybrid, repeats=3)
     engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
