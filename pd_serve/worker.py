@@ -25,7 +25,7 @@ from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
 from pd_serve.output_streams import Outbox, Running
 from pd_serve.prompts import random_prompt
-from transfer.probe_host import ProbeHost
+from transfer.probe_host import AsyncProbeHost
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +106,13 @@ def _engine_ttft_s(out, t_submit_mono: float) -> float | None:
     return first - t_submit_mono if first >= t_submit_mono else None
 
 
-class EngineWorker(ProbeHost):
+class EngineWorker(AsyncProbeHost):
     """Ray actor hosting one AsyncLLM. Create with `ray.remote(EngineWorker).options(...)`.
 
-    As a ProbeHost it can also hold a NIXL probe endpoint, so that links are probed from the
-    very node and devices whose engines transfer KV. The endpoint runs in a child process of the
-    actor (transfer/probe_child.py): NIXL in the serving process came with held stalls."""
+    As an AsyncProbeHost it can also hold a NIXL probe endpoint, so that links are probed from
+    the very node and devices whose engines transfer KV. The endpoint runs in a child process of
+    the actor (transfer/probe_child.py), so that UCX never maps into the serving process, and
+    each probe call on a thread, so that the event loop is never held by one."""
 
     probe_in_child = True
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import pytest
 
@@ -15,7 +17,7 @@ from transfer.kv_geometry import KVGeometry  # noqa: E402
 from transfer.link_model import LinkModelRegistry  # noqa: E402
 from transfer.probe import ProbeSettings, run_probe_between  # noqa: E402
 from transfer.probe_actor import ProbeActor  # noqa: E402
-from transfer.probe_host import ProbeHost  # noqa: E402
+from transfer.probe_host import AsyncProbeHost, ProbeHost  # noqa: E402
 from transfer.probe_layout import BlockLayout  # noqa: E402
 from transfer.probe_report import format_probe_table, load_probe_json, write_probe_json  # noqa: E402
 
@@ -126,3 +128,45 @@ def test_a_child_endpoint_that_cannot_start_says_why_and_a_closed_one_refuses_ca
     assert not _is_running(pid)
     with pytest.raises(ChildEndpointError, match="closed"):
         endpoint.connect(endpoint.info())
+
+
+@ray.remote(num_cpus=0)
+class AsyncServingProbeActor(AsyncProbeHost):
+    """An async actor that serves while it is probed, as a pd-serve worker does."""
+
+    probe_in_child = True
+
+    async def ping(self) -> bool:
+        return True
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_an_async_actor_keeps_answering_while_it_is_probed(ray_cluster):
+    prefill, decode = AsyncServingProbeActor.remote(), AsyncServingProbeActor.remote()
+    ray.get([prefill.ping.remote(), decode.ping.remote()])
+    gaps, done = [], threading.Event()
+
+    def keep_pinging() -> None:
+        last = time.monotonic()
+        while not done.is_set():
+            ray.get([prefill.ping.remote(), decode.ping.remote()])
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+            time.sleep(0.02)
+
+    pinger = threading.Thread(target=keep_pinging, daemon=True)
+    pinger.start()
+    try:
+        layout = BlockLayout.from_geometry(GEOMETRY, MAX_NUM_TOKENS)
+        result = run_probe_between(prefill, decode, layout, prefill_id="p0", decode_id="d0",
+                                   settings=ProbeSettings(num_reps=3, max_seconds=3.0))
+    finally:
+        done.set()
+        pinger.join()
+        ray.get([prefill.probe_close.remote(), decode.probe_close.remote()])
+    assert result.is_verified and result.fit.beta_bytes_per_s > 5e7
+    # the probe spawned two child processes and swept for seconds; the actors answered all along
+    # (a held loop would leave a gap as long as the child's start, 1-3 s here)
+    assert len(gaps) > 20 and max(gaps) < 0.5, (len(gaps), max(gaps))
