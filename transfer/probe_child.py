@@ -6,7 +6,7 @@ itself mapped in it for good after start-up, `libucm` among them, the library wi
 hooks a process's mmap, munmap, brk and the like (seen in /proc/<pid>/maps of hybrid's workers,
 2026-12-03; without the probe, only NIXL's core library, which vLLM's front-end loads). In the
 rate sweeps of runs 37-46 (20 rounds), the workers of the two deployments that probe their links
-at start-up, adaptive and hybrid, had 17 held stalls of 0.3-2.8 s while serving (the process
+at start-up, adaptive and hybrid, had 10 held stalls of 0.5-2.5 s while serving (the process
 asleep, its threads waiting in the kernel in mmap, munmap, mprotect or brk; docs/MEASUREMENTS.md,
 "What holds a worker's process"); the workers of colocated and disaggregated, the same engines
 and KV connector without the start-up probe, had none in as many rounds. That UCX's hooks cause
