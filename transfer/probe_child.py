@@ -33,8 +33,8 @@ logger = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0  # a fresh interpreter importing NIXL (and torch) on a busy 2-core host
 CALL_TIMEOUT_S = 300.0   # longer than any probe sweep's own budget (tens of seconds)
 CLOSE_TIMEOUT_S = 10.0
-# The ProbeEndpoint methods a host may call through the pipe.
-METHODS = frozenset({"info", "connect", "disconnect", "verify", "time_reads", "time_copies"})
+# The ProbeEndpoint methods a host may call through the pipe (`info` is answered at start-up).
+METHODS = frozenset({"connect", "disconnect", "verify", "time_reads", "time_copies"})
 
 
 class ChildEndpointError(RuntimeError):
