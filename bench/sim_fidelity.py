@@ -98,12 +98,17 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "load-beside": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
                                                           "step_excess_2_s", "step_excess_batch", "load_stretch",
                                                           "load_stretch_beside", "decode_beside_prefill"),
+                                          "path-cores": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                         "step_excess_2_s", "step_excess_batch", "load_stretch",
+                                                         "load_stretch_beside", "decode_beside_prefill",
+                                                         "cpu_s_per_request"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside")
-BATCH_FORMS = ("load-batch", "load-beside")
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores")
+BATCH_FORMS = ("load-batch", "load-beside", "path-cores")
+PATH_CORES_FORMS = ("path-cores",)
 PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
@@ -129,8 +134,17 @@ PATH_SLOPE_FORMS = ("load-path",)
 # run 30): on run 30, 24 of 36 pooled against 23 and 26 held out against 24 (the live rounds 19);
 # on run 32 (another, 3-6x slower machine, every system past its capacity at 4-8 req/s), 12
 # against 11 and 35 against 31 (the live rounds 67 of 108): the default since. Records from before
-# run 30 have no such points: --host load-batch for them.
-DEFAULT_HOST_FORM = "load-beside"
+# run 30 have no such points: --host load-batch for them. The path-cores form adds that every
+# step loses a share of its core while requests are on their request path (each keeps the
+# path's measured CPU per request over its measured time busy, 0.56-0.77 cores, spread over
+# the host's cores: the engines' loops spin on sched_yield, so no core looks free to the OS).
+# Live, run 47's disaggregated decode gaps beside another request's first 8 ms took 2-5 ms
+# longer than the rest. Built on runs 37-47 (results/rates_v40-v50; chosen on them, no
+# coefficient fitted): 302 of 396 figures within 20% pooled against 286 (better on 8 of the 11
+# runs, worse on runs 41-42, on the machine's slow hours), held out 572 of 792 against 551;
+# disaggregated's mean TPOT 20 of 33 within 20% against 10. Taking the paths' cores from the free
+# cores first instead came to 289 and 556. The default since.
+DEFAULT_HOST_FORM = "path-cores"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -274,6 +288,22 @@ def cpu_kv_blocks(kv_cache_gib: float, kv: KVGeometry) -> int:
     return int(max(1, round(kv_cache_gib)) * GIB // kv.bytes_per_block)
 
 
+def path_cores(cpu_s_per_request: float | None, request_path: Mapping[str, Any], role_counts: Mapping[str, int],
+               label: str) -> float:
+    """The cores a request keeps busy while on its request path: the path's CPU per request
+    (`bench.host_cpu`'s bursts) over the path's time for the route those bursts took (all
+    disaggregated without an engine that serves both phases, else mostly colocated)."""
+    if cpu_s_per_request is None:
+        raise ValueError(f"{label}: host form 'path-cores' needs the path's CPU per request "
+                         f"(`bench.host_cpu`); this record has none: pass --host load-beside for it")
+    key = "colocated_s" if role_counts.get(ROLE_BOTH, 0) else "disaggregated_s"
+    path_s = float(request_path.get(key) or 0.0)
+    if path_s <= 0:
+        raise ValueError(f"{label}: host form 'path-cores' needs the request path's {key} (measured "
+                         f"by pd_serve.request_path); this record has none")
+    return cpu_s_per_request / path_s
+
+
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                    host_form: str = DEFAULT_HOST_FORM) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
@@ -311,11 +341,13 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs the decode steps' excess at large batches "
                          f"(`bench.host_cpu`, measured since run 28); this record has none: pass "
                          f"--host load-path for it")
-    if (host_form == "load-beside" and host_spec and ROLE_PREFILL in cfg.role_counts()
+    if (host_form in ("load-beside", *PATH_CORES_FORMS) and host_spec and ROLE_PREFILL in cfg.role_counts()
             and "decode_beside_prefill" not in host_spec):
         raise ValueError(f"{label}: host form 'load-beside' needs what a decode step loses beside the "
                          f"prefill-only engine's prefill (`bench.host_load`, measured since run 30); this "
                          f"record has none: pass --host load-batch for it")
+    if host_form in PATH_CORES_FORMS and host_spec:
+        host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -640,7 +672,10 @@ def main(argv: list[str] | None = None) -> int:
                          "(load-path); as load with the further streams priced by "
                          "the excess measured at 4 and 8 streams per engine (load-batch); as "
                          "load-batch with a decode step beside a prefill-only engine's "
-                         "prefill adding what the probe measured there (load-beside, the default); load "
+                         "prefill adding what the probe measured there (load-beside); as "
+                         "load-beside with every step losing the share of its core that requests on "
+                         "their request path take, spread over the host's cores (path-cores, the "
+                         "default); load "
                          "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "

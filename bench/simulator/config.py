@@ -17,7 +17,8 @@ unknown key`). Schema (defaults in brackets):
     request_path: {colocated_s: 0, disaggregated_s: 0}   # time outside the engines, measured live
     host: {num_cores: 0, cpu_s_per_token: 0, step_excess_1_s: null, step_excess_2_s: null,
            step_excess_alone_s: null, stream_step_s: null, step_excess_batch: [], neighbour: null,
-           load_stretch: [], load_stretch_beside: [], decode_beside_prefill: []}   # CPU hosts, measured live
+           load_stretch: [], load_stretch_beside: [], decode_beside_prefill: [],
+           path_cores: 0}   # CPU hosts, measured live
     # host.neighbour: {overhead_s, s_per_linear_flop, s_per_attention_flop, s_per_kv_byte},
     # the step model calibrated with all engines probed at once
     policies:                         # compared runs: label -> policy on its own workers
@@ -148,6 +149,7 @@ class HostConfig(_Strict):
     load_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
     # (streams, seconds) a streaming step loses while a prefill-only engine prefills
     decode_beside_prefill: list[tuple[int, float]] = Field(default_factory=list)
+    path_cores: float = Field(0.0, ge=0)  # the cores a request on its request path keeps busy
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill")

@@ -87,6 +87,15 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   prefill-only engine prefills beside the streaming one (disaggregated, hybrid) the live gaps
   took 3-5 ms longer than with it idle where the simulator added 0-1.5 ms (runs 28-29,
   `bench.token_gaps`).
+- path-cores (`path_cores` set besides; `--host path-cores`): as load-beside, and while
+  requests are on their request path (the measured head before the engine, the hand-over
+  between prefill and decode), each keeps `path_cores` of a core busy: the path's measured CPU
+  per request (`bench.host_cpu`) over its measured time (`pd_serve.request_path`), 0.56-0.77
+  cores on the run-47 deployments. What the cores no engine computes on cannot hold is taken
+  from the computing engines, in equal shares, and their steps (decodes too) take that much
+  longer, re-read as paths start and end. Live (run 47, disaggregated at 5-9 req/s), a decode
+  gap overlapping another request's first 8 ms while the prefill engine computed took 11.5-14 ms
+  against 7.5-9.4 ms beside the prefill alone; the load-beside form gave those gaps nothing.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -113,7 +122,8 @@ class HostSpec:
     nothing itself, beside the streams of the others (`load_factor(streams, beside=True)`);
     without them, `load_stretch` stands for both. `decode_beside_prefill`: (streams, seconds)
     points, what a step streaming that many loses while a prefill-only engine prefills
-    (`beside_prefill_s`)."""
+    (`beside_prefill_s`). `path_cores`: the cores a request keeps busy while it is on its
+    request path (`path_factor`)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -126,12 +136,15 @@ class HostSpec:
     load_stretch: tuple[tuple[int, float], ...] = ()
     load_stretch_beside: tuple[tuple[int, float], ...] = ()
     decode_beside_prefill: tuple[tuple[int, float], ...] = ()
+    path_cores: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
             raise ValueError(f"host.num_cores must be >= 0, got {self.num_cores}")
         if self.cpu_s_per_token < 0:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
+        if self.path_cores < 0:
+            raise ValueError(f"host.path_cores must be >= 0, got {self.path_cores}")
         if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
         _check_counts("step_excess_batch", self.step_excess_batch, above=2)
@@ -167,6 +180,15 @@ class HostSpec:
         if len(points) == 1 or num_streams <= points[0][0]:
             return max(0.0, points[0][1])
         return max(0.0, _joined(points, num_streams))
+
+    def path_factor(self, num_paths: int, num_busy_engines: int) -> float:
+        """How many times longer a step takes while `num_paths` requests are on their request
+        path and `num_busy_engines` engines compute (its own included): the paths' cores beyond
+        those no engine computes on, shared equally by the computing engines (1 with no paths,
+        no `path_cores`, or cores enough)."""
+        if not self.is_modelled or self.path_cores <= 0 or num_paths <= 0 or num_busy_engines <= 0:
+            return 1.0
+        return 1.0 + num_paths * self.path_cores / self.num_cores
 
     def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,

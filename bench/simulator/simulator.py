@@ -107,6 +107,7 @@ class Simulator:
         # each worker's step number: a STEP_DONE for an earlier end of a re-stretched step is stale.
         self._stretched: dict[str, StretchedStep] = {}
         self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
+        self._num_paths = 0  # requests on their request path (a DISPATCH queued): the host's path_factor
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -117,13 +118,14 @@ class Simulator:
         while len(self.queue):
             now_s = self.queue.peek_time_s()
             dirty: set[str] = set()
+            num_paths = self._num_paths
             while len(self.queue) and self.queue.peek_time_s() == now_s:
                 _, kind, payload = self.queue.pop()
                 dirty |= self._handle(now_s, kind, payload)
                 num_events += 1
             for worker_id in sorted(dirty):
                 self._kick(worker_id, now_s)
-            if dirty:
+            if dirty or self._num_paths != num_paths:
                 self._restretch(now_s)
             if num_events > self.max_events:
                 raise RuntimeError(f"simulation exceeded {self.max_events} events at t={now_s:.3f} s")
@@ -153,6 +155,7 @@ class Simulator:
             return self._arrive(payload, now_s)
         if kind == ev.DISPATCH:
             worker_id, request = payload
+            self._num_paths -= 1
             return self._dispatch(worker_id, request, now_s, 0.0)
         if kind == ev.STEP_DONE:
             worker_id, number = payload
@@ -184,8 +187,12 @@ class Simulator:
                                             plan.duration_s * factor if plan.chunks else plan.duration_s)
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
-                if plan.chunks:
-                    # a prefill loses a share of its core to the streams' work elsewhere, as they come and go
+                if plan.chunks or host.path_cores > 0:
+                    # a prefill loses a share of its core to the streams' work elsewhere, and any
+                    # step to the request paths' beyond the free cores, as they come and go
+                    if not plan.chunks:
+                        factor = 1.0
+                    factor *= host.path_factor(self._num_paths, num_busy)
                     step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
                     self._stretched[worker_id] = step
                     plan.duration_s = step.end_s - now_s
@@ -203,10 +210,15 @@ class Simulator:
         host may have changed) and move the ends that moved."""
         if not self._stretched:
             return
+        host = self.cluster.host
         num_streams = self._num_streams()
+        num_busy = sum(not w.is_idle for w in self.workers.values())
+        path_factor = host.path_factor(self._num_paths, num_busy)
         for worker_id, step in self._stretched.items():
             old_end_s = step.end_s
-            if step.restretch(now_s, self.cluster.host.load_factor(num_streams, self._is_prefill_only(worker_id))):
+            current = self.workers[worker_id].current
+            factor = host.load_factor(num_streams, self._is_prefill_only(worker_id)) if current.chunks else 1.0
+            if step.restretch(now_s, factor * path_factor):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
 
@@ -279,6 +291,7 @@ class Simulator:
         """The request reaches `worker_id` after `delay_s` (at once when 0)."""
         if delay_s > 0:
             self.queue.push(now_s + delay_s, ev.DISPATCH, (worker_id, request))
+            self._num_paths += 1
             return set()
         if not request.needs_remote_kv:  # the prompt reached the worker that prefills it
             self.router.reached(request.job.record.request_id, now_s)

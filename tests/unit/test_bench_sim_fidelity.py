@@ -274,11 +274,15 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the load-beside form (load-batch where no engine is prefill-only): the closest on runs
-    # 30 and 32. A record from before its points,
-    # or the stretch, were measured is refused rather than simulated without them.
-    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir),
-                         "colocated").host == host_of("load-batch", batched)
+    # Unasked, the path-cores form: load-beside (load-batch where no engine is prefill-only) with
+    # the cores a request on its path keeps busy, the closest on runs 37-47. A record from before
+    # its points, or the stretch, were measured is refused rather than simulated without them.
+    pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
+                         "colocated").host == replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
+    with pytest.raises(ValueError, match="request path's colocated_s"):
+        sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
+    assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
     with pytest.raises(ValueError, match="--host load-path"):
         sf.sim_config_for("colocated", load("colocated.yaml"), loaded, model_dir)
     with pytest.raises(ValueError, match="--host neighbour-steps"):
@@ -298,14 +302,19 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     assert beside.decode_beside_prefill == ((1, 0.004), (2, 0.005))
     batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
     assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
-    # unasked, the default form: load-beside
-    assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), {**cal, "host": host},
-                                           model_dir), "disaggregated").host == beside
+    # unasked, the default form: load-beside with the path's cores, here over the disaggregated
+    # path (no engine serves both phases, so the host's bursts all went disaggregated)
+    record = {**cal, "host": {**host, "cpu_s_per_request": 0.01},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+    assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
+                         "disaggregated").host == replace(beside, path_cores=0.01 / 0.025)
     older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
     with pytest.raises(ValueError, match="--host load-batch"):
         host_of("hybrid adaptive", "hybrid.yaml", "load-beside", older)  # a record from before it was measured
     with pytest.raises(ValueError, match="--host load-batch"):
         sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), {**cal, "host": older}, model_dir)
+    with pytest.raises(ValueError, match="--host load-beside"):  # a record without the path's CPU per request
+        sf.sim_config_for("disaggregated", load("disaggregated.yaml"), {**cal, "host": host}, model_dir)
     # Without a prefill-only engine there is nothing to measure and nothing missing.
     assert host_of("colocated", "colocated.yaml", "load-beside", older) == host_of("colocated", "colocated.yaml",
                                                                                   "load-batch", older)
