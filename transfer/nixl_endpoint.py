@@ -77,6 +77,9 @@ class ProbeEndpoint:
         # remote agent name -> its info and prepared descriptors; fills on connect, empties on
         # disconnect/close.
         self._remotes: dict[str, _Remote] = {}
+        # Whether reads have overwritten blocks of the pattern: a reader that is a source next
+        # (a deployment's workers probe each other both ways) must hand out its pattern again.
+        self._is_overwritten = False
         logger.info("probe endpoint %s: %d MiB %s, %d regions x %d blocks x %d B, set up in %.2f s",
                     self.agent_name, self.buffer.nbytes >> 20, self.buffer.mem_type,
                     layout.num_regions, layout.num_blocks, layout.desc_bytes, self.setup_s)
@@ -129,6 +132,7 @@ class ProbeEndpoint:
         remote = self._remotes[remote_agent]
         local_ids = _desc_ids(self.layout, local_block_ids)
         remote_ids = _desc_ids(remote.info.layout, remote_block_ids)
+        self._is_overwritten = True
         start = time.perf_counter()
         handle = self.agent.make_prepped_xfer("READ", self._local_dlist, local_ids,
                                               remote.dlist, remote_ids)
@@ -197,6 +201,7 @@ class ProbeEndpoint:
         n = min(num_blocks, capacity)
         local_ids = pick_block_ids(n, capacity, "scattered", seed)
         remote_ids = pick_block_ids(n, capacity, "scattered", seed + 1)
+        self._is_overwritten = True
         self.buffer.zero_blocks(local_ids)
         self.read(remote_agent, local_ids, remote_ids)
         is_ok = self.buffer.blocks_match(local_ids, remote_ids, remote.layout, remote.pattern_seed)
@@ -210,10 +215,15 @@ class ProbeEndpoint:
         return self.buffer.time_copies(list(sizes_bytes), num_reps, max_seconds)
 
     def disconnect(self, remote_agent: str) -> None:
+        """Forget a remote; the pattern is restored where reads overwrote it, so the endpoint
+        can be any other's source next (a fill: tens of ms for a CPU model's whole KV layout)."""
         remote = self._remotes.pop(remote_agent, None)
         if remote is not None:
             remote.dlist.release()
             self.agent.remove_remote_agent(remote_agent)
+        if self._is_overwritten and not self._remotes:
+            self.buffer.fill_pattern(self.pattern_seed)
+            self._is_overwritten = False
 
     def close(self) -> None:
         """Release NIXL resources; the endpoint is unusable afterwards."""

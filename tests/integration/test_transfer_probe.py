@@ -90,12 +90,18 @@ class ServingLikeProbeActor(ProbeHost):
 def test_a_probe_hosted_in_child_processes_measures_the_link_and_leaves_nothing_behind(ray_cluster):
     prefill, decode = ServingLikeProbeActor.remote(), ServingLikeProbeActor.remote()
     layout = BlockLayout.from_geometry(GEOMETRY, MAX_NUM_TOKENS)
-    result = run_probe_between(prefill, decode, layout, prefill_id="p0", decode_id="d0",
-                               settings=ProbeSettings(num_reps=3, max_seconds=5.0))
+    settings = ProbeSettings(num_reps=3, max_seconds=5.0)
+    result = run_probe_between(prefill, decode, layout, prefill_id="p0", decode_id="d0", settings=settings)
     assert result.is_verified
     assert 5e7 < result.fit.beta_bytes_per_s < 1e11
     children = ray.get([prefill.child_pid.remote(), decode.child_pid.remote()])
     assert all(pid and os.path.exists(f"/proc/{pid}") for pid in children)
+    # The other way over the same endpoints, as a deployment's link probe does: the reader of
+    # the first pair, whose reads overwrote its blocks, is the source now and must hand out its
+    # pattern again, or the byte check fails.
+    back = run_probe_between(decode, prefill, layout, prefill_id="d0", decode_id="p0", settings=settings)
+    assert back.is_verified
+    assert ray.get([prefill.child_pid.remote(), decode.child_pid.remote()]) == children  # no new children
     ray.get([prefill.probe_close.remote(), decode.probe_close.remote()])
     # the children are gone, and NIXL and UCX never loaded into the actors' own processes
     assert not any(os.path.exists(f"/proc/{pid}") and _is_running(pid) for pid in children)
