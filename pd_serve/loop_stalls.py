@@ -137,6 +137,10 @@ class LoopStalls:
             before = time.monotonic()
             with self._lock:
                 self._last_beat = before
+                # What the watchdog saw since the last stall was recorded belongs to none: a hold
+                # before the first beat (a worker imports vLLM right after starting its watch),
+                # which no beat measures. Kept, it came with the next stall, however much later.
+                self._samples, self._held_s = [], 0.0
             if self._dump is not None and before - armed >= REARM_S:
                 faulthandler.dump_traceback_later(self.dump_after_s, file=self._dump)
                 armed = before

@@ -57,12 +57,32 @@ def hold_the_gil_elsewhere(seconds: float) -> None:
     holder.join()
 
 
+def hold_before_the_first_beat(seconds: float) -> None:
+    hold_the_gil(seconds)
+
+
+def held_before_the_first_beat() -> dict:
+    """The loop held (the GIL too) right after the watch started, before its heartbeat ever ran,
+    as a worker actor imports vLLM after starting its watch; later an ordinary stall."""
+    async def main() -> LoopStalls:
+        watch = await LoopStalls(threshold_s=0.1, interval_s=0.01).start()
+        hold_before_the_first_beat(0.5)
+        await asyncio.sleep(0.2)
+        hold_the_loop(0.4)
+        await asyncio.sleep(0.1)
+        watch.stop()
+        return watch
+
+    return asyncio.run(main()).summary()
+
+
 SCENARIOS: dict[str, Callable[[], dict]] = {
     "held loop": lambda: watched_here(lambda: hold_the_loop(0.4), dump_after_s=DUMP_AFTER_S),
     "held process": lambda: watched_here(lambda: hold_the_gil(0.6), dump_after_s=DUMP_AFTER_S),
     "held loop, no dump": lambda: watched_here(lambda: hold_the_loop(0.4)),
     "held elsewhere": lambda: watched_here(lambda: hold_the_gil_elsewhere(0.6)),
     "turning": lambda: watched_here(*[lambda: None] * 2),
+    "held before the first beat": held_before_the_first_beat,
     "short then long": lambda: watched_here(lambda: hold_the_loop(0.15), lambda: hold_the_loop(0.5),
                                             dump_after_s=0.3),
 }
@@ -127,6 +147,18 @@ def test_a_short_stall_has_no_dump_and_the_next_long_one_only_its_own():
     short, long = watched("short then long")["stalls"]
     assert short["all_threads"] is None  # shorter than the dump's timeout
     assert long["all_threads"].count("hold_the_loop") == 1
+
+
+def test_a_hold_before_the_first_beat_is_not_pinned_on_the_next_stall():
+    # The heartbeat never measured the first hold (it had not beaten yet); the watchdog saw it.
+    # What it saw then (the stack, its own late wake) belonged to no stall, and must not be
+    # reported with the next one: run 48's one held stall while serving came with the stacks
+    # of its worker's start-up imports of torch, 16 s after them.
+    (stall,) = watched("held before the first beat")["stalls"]
+    frames = [line for s in stall["stacks"] for line in s["stack"]]
+    assert any(line.endswith(" hold_the_loop") for line in frames)
+    assert not any("hold_before_the_first_beat" in line for line in frames)
+    assert not stall["process_held"] and stall["watchdog_late_s"] < 0.1  # time.sleep released the GIL
 
 
 def test_the_period_must_be_shorter_than_the_threshold():
