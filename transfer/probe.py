@@ -99,10 +99,11 @@ def _result(prefill_id: str, decode_id: str, source_info: EndpointInfo, settings
     return result
 
 
-def probe_endpoints(source: ProbeEndpoint | EndpointInfo, reader: ProbeEndpoint,
+def probe_endpoints(source: ProbeEndpoint | EndpointInfo, reader: Any,
                     prefill_id: str = "source", decode_id: str = "reader",
                     settings: ProbeSettings = ProbeSettings()) -> PairProbeResult:
-    """Probe from `source` (an endpoint here, or any endpoint's info) into `reader`, held here."""
+    """Probe from `source` (an endpoint here, or any endpoint's info) into `reader`, held here:
+    a `ProbeEndpoint`, or a `transfer.probe_child.ChildEndpoint` whose child does the reads."""
     from transfer.probe_host import ProbeHost
 
     host = ProbeHost()

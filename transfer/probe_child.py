@@ -16,14 +16,16 @@ environment, CUDA_VISIBLE_DEVICES included), which ends with `close()`.
 
 The child is started with `spawn` (a fresh interpreter: no fork of a process holding Ray's and
 vLLM's threads). Every call is answered or times out; a child that dies or hangs is killed and
-the call raises.
+the call raises. It may be given environment variables to set before NIXL starts (UCX reads its
+environment once per process): `transfer.probe_processes` compares UCX transports that way.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import traceback
-from typing import Any
+from typing import Any, Mapping
 
 from transfer.probe_layout import BlockLayout
 from transfer.probe_records import EndpointInfo
@@ -41,9 +43,19 @@ class ChildEndpointError(RuntimeError):
     """The child failed, hung, or raised; the message carries its traceback."""
 
 
-def _serve(conn: Any, layout: BlockLayout, device: str, name: str, options: Any) -> None:
+def _apply_env(env: Mapping[str, str | None]) -> None:
+    for key, value in env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _serve(conn: Any, layout: BlockLayout, device: str, name: str, options: Any,
+           env: Mapping[str, str | None]) -> None:
     """The child: make the endpoint, then answer (method, args, kwargs) until ("close",)."""
     try:
+        _apply_env(env)
         from transfer.nixl_endpoint import ProbeEndpoint
 
         endpoint = ProbeEndpoint(layout, device, name, options)
@@ -53,6 +65,10 @@ def _serve(conn: Any, layout: BlockLayout, device: str, name: str, options: Any)
         return
     try:
         while True:
+            # An agent without a progress thread progresses only when called: between calls,
+            # keep it going, or a reader's READ from it may never complete.
+            while not options.enable_prog_thread and not conn.poll(0.0):
+                endpoint.agent.get_new_notifs()
             message = conn.recv()
             if message[0] == "close":
                 break
@@ -72,19 +88,22 @@ class ChildEndpoint:
     close), each call run by the child."""
 
     def __init__(self, layout: BlockLayout, device: str = "cpu", name: str = "probe",
-                 options: Any = None) -> None:
+                 options: Any = None, env: Mapping[str, str | None] | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        """`env`: set in the child (None: unset) before NIXL starts; otherwise it inherits ours."""
         from transfer.nixl_endpoint import AgentOptions  # NIXL itself loads only with an endpoint
 
         ctx = mp.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, name=f"pd-serve-{name}", daemon=True,
-                                 args=(child_conn, layout, device, name, options or AgentOptions()))
+                                 args=(child_conn, layout, device, name, options or AgentOptions(),
+                                       dict(env or {})))
         self._proc.start()
         child_conn.close()  # the child's end lives in the child only: EOF here if it dies
         self.layout = layout
         self.device = device
         self._closed = False
-        self._info: EndpointInfo = self._answer("start", START_TIMEOUT_S)
+        self._info: EndpointInfo = self._answer("start", start_timeout_s)
         self.agent_name = self._info.agent_name
         logger.info("probe endpoint %s runs in child process %d", self.agent_name, self._proc.pid)
 

@@ -136,6 +136,24 @@ def test_a_child_endpoint_that_cannot_start_says_why_and_a_closed_one_refuses_ca
         endpoint.connect(endpoint.info())
 
 
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_two_fresh_processes_probe_with_their_own_environment_and_end_with_it():
+    from transfer.nixl_endpoint import AgentOptions
+    from transfer.probe_child import ChildEndpointError
+    from transfer.probe_processes import probe_between_processes
+
+    layout = BlockLayout.from_geometry(GEOMETRY, 1024)
+    # Without NIXL's progress thread: the source's child keeps its agent going between calls.
+    result = probe_between_processes(layout, settings=ProbeSettings(num_reps=2, max_seconds=5.0),
+                                     options=AgentOptions(enable_prog_thread=False),
+                                     env={"UCX_LOG_LEVEL": "error"})
+    assert result.is_verified and 5e7 < result.fit.beta_bytes_per_s < 1e11
+    # The environment reaches the children before UCX starts: one it cannot serve is refused there.
+    with pytest.raises(ChildEndpointError, match="probe child start failed"):
+        probe_between_processes(layout, env={"UCX_TLS": "no_such_transport"}, startup_timeout_s=60.0)
+
+
 @ray.remote(num_cpus=0)
 class AsyncServingProbeActor(AsyncProbeHost):
     """An async actor that serves while it is probed, as a pd-serve worker does."""
