@@ -18,6 +18,15 @@ NIXL's place on the CPU.
    pd-serve pins an engine (`VLLM_CPU_OMP_THREADS_BIND`), the reserved cores are that engine's
    own, so the call keeps the thread where the binding put it. `PD_SERVE_KEEP_ENGINE_CORES=0`
    leaves vLLM's behaviour (for side-by-side measurements).
+
+3. No named semaphore for tqdm's progress bars. vLLM's model loader draws a tqdm bar in each
+   engine's worker process, and tqdm's first bar in a process makes a `multiprocessing.RLock`:
+   a named semaphore in /dev/shm (sem.mp-*), registered with the resource tracker of the
+   engine's actor, which removes it when the actor stops. A killed actor's tracker dies with it
+   and the semaphore stays, one per killed worker (2026-12-03: one per run of the serving-core
+   tests, whose last tests kill a worker). The lock only keeps bars of several processes from
+   interleaving on one terminal; an engine's bars go to its log. Without it tqdm keeps its
+   thread lock. `PD_SERVE_TQDM_MP_LOCK=1` leaves tqdm's behaviour.
 """
 from __future__ import annotations
 
@@ -30,12 +39,25 @@ DELAY_ENV = "PD_SERVE_NIXL_PROGRESS_DELAY_US"
 DEFAULT_DELAY_US = 100
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 KEEP_CORES_ENV = "PD_SERVE_KEEP_ENGINE_CORES"
+TQDM_MP_LOCK_ENV = "PD_SERVE_TQDM_MP_LOCK"
 
 
 def register() -> None:
     """vLLM calls this in each of its processes; patching twice is harmless."""
     _patch_progress_delay()
     _keep_kv_transfer_on_engine_cores()
+    _no_tqdm_semaphore()
+
+
+def _no_tqdm_semaphore() -> None:
+    if os.environ.get(TQDM_MP_LOCK_ENV) == "1":
+        return
+    try:
+        from tqdm.std import TqdmDefaultWriteLock
+    except ImportError:
+        return
+    if not hasattr(TqdmDefaultWriteLock, "mp_lock"):  # tqdm makes it only where it is missing
+        TqdmDefaultWriteLock.mp_lock = None
 
 
 def bound_cores(bind: str | None) -> list[int] | None:

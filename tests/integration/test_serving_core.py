@@ -36,7 +36,9 @@ HANDSHAKE_PROMPT_TOKENS = 1000
 
 @pytest.fixture(scope="module")
 def hybrid():
+    semaphores_before = set(Path("/dev/shm").glob("sem.mp-*"))
     dep = deploy("configs/hybrid.yaml")
+    dep.semaphores_before = semaphores_before
     # The very first request after deploy() returns, measured before anything else touches the
     # deployment, then the steady state on prompts of the same length.
     first = dep.generate(prompt_token_ids=distinct_prompt(HANDSHAKE_PROMPT_TOKENS, 1000),
@@ -437,3 +439,6 @@ def test_shutdown_leaves_no_engine_process_behind(hybrid):
     # Nor their shared memory, though the prefill worker above was killed, not stopped.
     assert hybrid.shm_segments, "the deployment should know its engines' shared memory"
     assert not [p for p in hybrid.shm_segments if os.path.exists(p)]
+    # Nor a named semaphore, which the killed worker's resource tracker can no longer remove
+    # (tqdm's lock made one per engine: vllm_plugin keeps it from being made).
+    assert not set(Path("/dev/shm").glob("sem.mp-*")) - hybrid.semaphores_before
