@@ -91,11 +91,14 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   requests are on their request path (the measured head before the engine, the hand-over
   between prefill and decode), each keeps `path_cores` of a core busy: the path's measured CPU
   per request (`bench.host_cpu`) over its measured time (`pd_serve.request_path`), 0.56-0.77
-  cores on the run-47 deployments. What the cores no engine computes on cannot hold is taken
-  from the computing engines, in equal shares, and their steps (decodes too) take that much
-  longer, re-read as paths start and end. Live (run 47, disaggregated at 5-9 req/s), a decode
-  gap overlapping another request's first 8 ms while the prefill engine computed took 11.5-14 ms
-  against 7.5-9.4 ms beside the prefill alone; the load-beside form gave those gaps nothing.
+  cores on the run-47 deployments. That work lands on every core alike (the engines' loops spin
+  on `sched_yield` between steps, so to the OS no core is idle): every step computing then,
+  decodes too, runs at 1 / (1 + paths x path_cores / cores) of its rate, re-read as paths start
+  and end. Live (run 47, disaggregated at 5-9 req/s), a decode gap overlapping another request's
+  first 8 ms while the prefill engine computed took 11.5-14 ms against 7.5-9.4 ms beside the
+  prefill alone; the load-beside form gave those gaps nothing. Taking the paths' cores from the
+  free cores first (none stolen while a core has no engine computing) fitted runs 37-47 worse
+  (289 of 396 figures within 20%, against 302).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -181,12 +184,10 @@ class HostSpec:
             return max(0.0, points[0][1])
         return max(0.0, _joined(points, num_streams))
 
-    def path_factor(self, num_paths: int, num_busy_engines: int) -> float:
+    def path_factor(self, num_paths: int) -> float:
         """How many times longer a step takes while `num_paths` requests are on their request
-        path and `num_busy_engines` engines compute (its own included): the paths' cores beyond
-        those no engine computes on, shared equally by the computing engines (1 with no paths,
-        no `path_cores`, or cores enough)."""
-        if not self.is_modelled or self.path_cores <= 0 or num_paths <= 0 or num_busy_engines <= 0:
+        path: their cores spread over all the host's cores (1 with no paths or no `path_cores`)."""
+        if not self.is_modelled or self.path_cores <= 0 or num_paths <= 0:
             return 1.0
         return 1.0 + num_paths * self.path_cores / self.num_cores
 

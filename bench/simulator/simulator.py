@@ -189,10 +189,10 @@ class Simulator:
                     delay_s += host.beside_prefill_s(len(plan.decodes))
                 if plan.chunks or host.path_cores > 0:
                     # a prefill loses a share of its core to the streams' work elsewhere, and any
-                    # step to the request paths' beyond the free cores, as they come and go
+                    # step a share to the requests on their request path, as they come and go
                     if not plan.chunks:
                         factor = 1.0
-                    factor *= host.path_factor(self._num_paths, num_busy)
+                    factor *= host.path_factor(self._num_paths)
                     step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
                     self._stretched[worker_id] = step
                     plan.duration_s = step.end_s - now_s
@@ -212,8 +212,7 @@ class Simulator:
             return
         host = self.cluster.host
         num_streams = self._num_streams()
-        num_busy = sum(not w.is_idle for w in self.workers.values())
-        path_factor = host.path_factor(self._num_paths, num_busy)
+        path_factor = host.path_factor(self._num_paths)
         for worker_id, step in self._stretched.items():
             old_end_s = step.end_s
             current = self.workers[worker_id].current

@@ -9,7 +9,8 @@ its prefill worker while three short requests arrived and streamed on the other 
 407 ms simulated against 672 ms live (run 26, round 1, 2 req/s), and hybrid's p99 TTFT came out
 20-50% low in every saved run. Here the step's engine time is work done at the rate 1 / factor,
 and the factor is re-read whenever the host's streams change, so each stretch of the step runs
-at the load that held then.
+at the load that held then. With the path-cores host form every step is stretched this way, by
+the requests on their request path as well (`HostSpec.path_factor`).
 """
 from __future__ import annotations
 

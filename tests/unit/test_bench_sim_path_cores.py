@@ -21,11 +21,11 @@ HEAD_S = 0.020  # the request path before the first engine
 
 def test_the_paths_cores_are_spread_over_every_core_of_the_host():
     host = HostSpec(num_cores=2, path_cores=0.8)
-    assert host.path_factor(0, 2) == 1.0
-    assert host.path_factor(1, 1) == pytest.approx(1.4)
-    assert host.path_factor(2, 2) == pytest.approx(1.8)
-    assert HostSpec(num_cores=2).path_factor(3, 2) == 1.0  # no path_cores measured
-    assert HostSpec(num_cores=0, path_cores=0.8).path_factor(1, 1) == 1.0  # no host model
+    assert host.path_factor(0) == 1.0
+    assert host.path_factor(1) == pytest.approx(1.4)
+    assert host.path_factor(2) == pytest.approx(1.8)
+    assert HostSpec(num_cores=2).path_factor(3) == 1.0  # no path_cores measured
+    assert HostSpec(num_cores=0, path_cores=0.8).path_factor(1) == 1.0  # no host model
     with pytest.raises(ValueError, match="path_cores"):
         HostSpec(num_cores=2, path_cores=-0.1)
 
