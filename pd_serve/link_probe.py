@@ -25,7 +25,7 @@ def transfer_pairs(infos: dict[str, WorkerInfo]) -> list[tuple[str, str]]:
 def probe_links(workers: dict[str, Any], infos: dict[str, WorkerInfo], device: str,
                 max_seconds: float) -> list:
     """One probe per pair, one pair at a time. Each worker opens its endpoint once, for every
-    pair it is in (a child process that imports NIXL, about 1.4 s on this 2-core host: with
+    pair it is in (a child process that imports NIXL, about 1.2 s on this 2-core host: with
     the endpoints closed after each pair, adaptive's two workers opened four and the link-probe
     phase took 5.6 s), and all are closed at the end."""
     import ray
