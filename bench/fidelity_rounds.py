@@ -30,10 +30,12 @@ from typing import Any, Mapping, Sequence
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
+from bench.pooled_measurements import pooled_measurements
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 
 Key = tuple[str, float]  # (system label, rate)
+MEASUREMENTS = ("own", "pooled")  # what each round is simulated with (fidelity_over_rounds)
 
 
 def live_records(round_dir: Path, label: str, rate: float) -> list[RequestRecord]:
@@ -60,21 +62,32 @@ def count_ok(live: Mapping[Key, Mapping[str, Any]], other: Mapping[Key, Mapping[
 
 def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model: str, host_form: str,
                          tolerance: float = TOLERANCE, progress: bool = True,
-                         systems: Mapping[str, str] = RATES_SYSTEMS) -> dict[str, Any]:
+                         systems: Mapping[str, str] = RATES_SYSTEMS,
+                         measurements: str = "own") -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
-    (label -> deployment config, as `run_fidelity`)."""
+    (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
+    with what its deployment measured before its run, or "pooled", every round of a system with
+    the median over all its rounds' measurements (`bench.pooled_measurements`)."""
+    if measurements not in MEASUREMENTS:
+        raise ValueError(f"measurements must be one of {MEASUREMENTS}, got {measurements!r}")
     top = json.loads(rounds_path.read_text())
     if top.get("experiment") != "rates-rounds":
         raise ValueError(f"{rounds_path}: not a `bench.compare --rounds R` summary")
     if len(top["round_dirs"]) < 2:
         raise ValueError(f"{rounds_path}: {len(top['round_dirs'])} round; the held-out view needs two or more")
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
+    pooled = None
+    if measurements == "pooled":
+        pooled = pooled_measurements([json.loads((rounds_path.parent / name / "summary.json").read_text())
+                                      .get("measured") or {} for name in top["round_dirs"]])
     live_runs: list[dict[Key, list[RequestRecord]]] = []
     sim_runs: list[dict[Key, list[RequestRecord]]] = []
     own_rows: list[list[dict[str, Any]]] = []
     for name in top["round_dirs"]:
         round_dir = rounds_path.parent / name
         live = json.loads((round_dir / "summary.json").read_text())
+        if pooled is not None:
+            live = {**live, "measured": pooled}
         if progress:
             print(f"{name}:", file=sys.stderr, flush=True)
         sim: dict[Key, list[RequestRecord]] = {}
@@ -106,6 +119,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          "sim_vs_own_live_ok": own_ok,
                          "per_metric": _per_metric(rest, live_k, sim_k, tolerance)})
     return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form,
+            "measurements": measurements,
             "pooled_rows": pooled_rows, "held_out": held_out,
             "pooled_within_tolerance": sum(m["ok"] for r in pooled_rows for m in r["metrics"].values()),
             "pooled_checks": sum(len(r["metrics"]) for r in pooled_rows),

@@ -42,7 +42,9 @@
 Given the summary of a `bench.compare --rounds R` sweep, it simulates every round with that
 round's own measurements and reports the rounds pooled, and each round, live and simulated,
 against the other rounds' live pool (`bench.fidelity_rounds`): on this host one 60-request round
-is too noisy a target to tell the simulator from the live system's own spread.
+is too noisy a target to tell the simulator from the live system's own spread. With
+`--measurements pooled`, every round of a system is simulated with the median of what all its
+rounds measured instead (`bench.pooled_measurements`; on run 50 no closer: 13 of 36 either way).
 """
 from __future__ import annotations
 
@@ -622,10 +624,13 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
             print(f"bench.sim_fidelity: {name} holds no measurements of {', '.join(missing)}; give "
                   f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
             return 2
-    result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance)
+    result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
+                                  measurements=args.measurements)
     n_rounds = len(result["rounds"])
+    with_what = ("its own measurements" if args.measurements == "own"
+                 else "the median of the system's measurements over all rounds")
     print(f"\nSimulator vs live CPU runs, {n_rounds} rounds pooled ({live_path}); each round simulated "
-          f"with its own measurements; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
+          f"with {with_what}; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
     print(fidelity_table(result["pooled_rows"], args.tolerance))
     print(f"\n{result['pooled_within_tolerance']}/{result['pooled_checks']} within {args.tolerance:.0%}, pooled")
     counts = result["pooled_spread"]
@@ -682,10 +687,17 @@ def main(argv: list[str] | None = None) -> int:
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "
                          "with all engines at once (neighbour; neighbour+cpu adds the path's "
                          "CPU); or none (private cores)")
+    ap.add_argument("--measurements", choices=("own", "pooled"), default="own",
+                    help="a --rounds sweep: simulate each round with what its own deployment measured "
+                         "before its run (own), or every round of a system with the median of what "
+                         "all its rounds measured (pooled; bench.pooled_measurements)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
+    if live.get("experiment") != "rates-rounds" and args.measurements != "own":
+        print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
+        return 2
     if live.get("experiment") == "rates-rounds":
         return _main_rounds(live_path, live, args)
     if live.get("experiment") != "rates":

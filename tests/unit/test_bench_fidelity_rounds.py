@@ -22,9 +22,11 @@ def later(records: list[RequestRecord], by_s: float) -> list[RequestRecord]:
                     token_times=[t + by_s for t in r.token_times]) for r in records]
 
 
-def write_rounds(root: Path, cal: dict, model_dir: str, shifts: list[float]) -> Path:
+def write_rounds(root: Path, cal: dict, model_dir: str, shifts: list[float],
+                 measured: list[dict] | None = None) -> Path:
     """A `bench.compare --rounds` directory for colocated at 2 req/s whose live records in round k
-    are the simulator's own, `shifts[k]` seconds late."""
+    are the simulator's own with `cal`, `shifts[k]` seconds late; round k's deployment measured
+    `measured[k]` (default `cal`)."""
     placeholder = summarize([], None)
     placeholder.update(num_requests=6, throughput_rps=1.0, output_tokens_per_s=4.0)
     sim: dict = {}
@@ -37,7 +39,7 @@ def write_rounds(root: Path, cal: dict, model_dir: str, shifts: list[float]) -> 
         (d / "colocated" / "rate_2").mkdir(parents=True)
         (d / "colocated" / "rate_2" / "records.json").write_text(json.dumps([r.to_dict() for r in records]))
         (d / "summary.json").write_text(json.dumps({
-            "experiment": "rates", "rates": [2.0], "measured": {"colocated": cal},
+            "experiment": "rates", "rates": [2.0], "measured": {"colocated": (measured or [cal] * len(shifts))[k]},
             "summaries": {"colocated": {"rate=2": summarize(records, SloSpec())}}}))
         names.append(d.name)
     top = root / "summary.json"
@@ -68,6 +70,21 @@ def test_a_round_off_by_a_second_fails_the_held_out_ttfts_but_not_the_tpot(tmp_p
     early = result["held_out"][0]["per_metric"]
     assert early["p99_ttft_s"]["live"] == 0 and early["mean_tpot_s"]["live"] == 1
     assert "round_2" in held_out_table(result["held_out"])
+
+
+def test_pooled_measurements_outvote_one_rounds_far_off_probe(tmp_path, cal, model_dir):
+    # Round 0's probes said every step costs 40 ms more; rounds 1 and 2 measured what the live
+    # records were made with. Own: round 0 simulated far too slow; pooled: the median is right.
+    slow = {**cal, "overhead_s": cal["overhead_s"] + 0.040}
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 0.0], measured=[slow, cal, cal])
+    own = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    assert own["measurements"] == "own" and own["held_out"][0]["sim_vs_own_live_ok"] < 3
+    pooled = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
+                                  measurements="pooled")
+    assert pooled["measurements"] == "pooled"
+    assert [h["sim_vs_own_live_ok"] for h in pooled["held_out"]] == [3, 3, 3]
+    with pytest.raises(ValueError, match="measurements"):
+        fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS, measurements="mean")
 
 
 def test_pooling_sums_the_durations_and_count_ok_compares_shared_keys():
