@@ -44,7 +44,7 @@ round's own measurements and reports the rounds pooled, and each round, live and
 against the other rounds' live pool (`bench.fidelity_rounds`): on this host one 60-request round
 is too noisy a target to tell the simulator from the live system's own spread. With
 `--measurements pooled`, every round of a system is simulated with the median of what all its
-rounds measured instead (`bench.pooled_measurements`; on run 50 no closer: 13 of 36 either way).
+rounds measured instead (`bench.pooled_measurements`; on runs 50-51 no closer: 13 and 12 of 36 either way).
 """
 from __future__ import annotations
 
