@@ -30,12 +30,11 @@ from typing import Any, Mapping, Sequence
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
-from bench.pooled_measurements import pooled_measurements
+from bench.pooled_measurements import MEASUREMENTS, pooled_measurements
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 
 Key = tuple[str, float]  # (system label, rate)
-MEASUREMENTS = ("own", "pooled")  # what each round is simulated with (fidelity_over_rounds)
 
 
 def live_records(round_dir: Path, label: str, rate: float) -> list[RequestRecord]:
@@ -76,16 +75,14 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     if len(top["round_dirs"]) < 2:
         raise ValueError(f"{rounds_path}: {len(top['round_dirs'])} round; the held-out view needs two or more")
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
-    pooled = None
-    if measurements == "pooled":
-        pooled = pooled_measurements([json.loads((rounds_path.parent / name / "summary.json").read_text())
-                                      .get("measured") or {} for name in top["round_dirs"]])
+    summaries = [json.loads((rounds_path.parent / name / "summary.json").read_text()) for name in top["round_dirs"]]
+    pooled = (pooled_measurements([live.get("measured") or {} for live in summaries])
+              if measurements == "pooled" else None)
     live_runs: list[dict[Key, list[RequestRecord]]] = []
     sim_runs: list[dict[Key, list[RequestRecord]]] = []
     own_rows: list[list[dict[str, Any]]] = []
-    for name in top["round_dirs"]:
+    for name, live in zip(top["round_dirs"], summaries):
         round_dir = rounds_path.parent / name
-        live = json.loads((round_dir / "summary.json").read_text())
         if pooled is not None:
             live = {**live, "measured": pooled}
         if progress:

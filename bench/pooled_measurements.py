@@ -27,6 +27,9 @@ from __future__ import annotations
 import statistics
 from typing import Any, Mapping, Sequence
 
+# What `bench.fidelity_rounds` simulates each round with: its own deployment's measurements, or
+# this module's pool over all rounds.
+MEASUREMENTS = ("own", "pooled")
 # Keys whose values are raw samples or probe detail, not figures the simulator reads: kept as the
 # first round's (their medians would mean nothing).
 RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "calibration", "router_calibration",

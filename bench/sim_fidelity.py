@@ -64,6 +64,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
+from bench.pooled_measurements import MEASUREMENTS
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
@@ -687,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "
                          "with all engines at once (neighbour; neighbour+cpu adds the path's "
                          "CPU); or none (private cores)")
-    ap.add_argument("--measurements", choices=("own", "pooled"), default="own",
+    ap.add_argument("--measurements", choices=MEASUREMENTS, default="own",
                     help="a --rounds sweep: simulate each round with what its own deployment measured "
                          "before its run (own), or every round of a system with the median of what "
                          "all its rounds measured (pooled; bench.pooled_measurements)")
