@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
-from bench.pooled_measurements import MEASUREMENTS, pooled_measurements
+from bench.pooled_measurements import MEASUREMENTS, deployment_shapes, hardware_measurements, pooled_measurements
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 
@@ -66,7 +66,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
     (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
     with what its deployment measured before its run, or "pooled", every round of a system with
-    the median over all its rounds' measurements (`bench.pooled_measurements`)."""
+    the median over all its rounds' measurements, or "hardware", the step model pooled over every
+    system and round and the rest over the systems of the same workers (`bench.pooled_measurements`)."""
     if measurements not in MEASUREMENTS:
         raise ValueError(f"measurements must be one of {MEASUREMENTS}, got {measurements!r}")
     top = json.loads(rounds_path.read_text())
@@ -76,15 +77,20 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         raise ValueError(f"{rounds_path}: {len(top['round_dirs'])} round; the held-out view needs two or more")
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     summaries = [json.loads((rounds_path.parent / name / "summary.json").read_text()) for name in top["round_dirs"]]
-    pooled = (pooled_measurements([live.get("measured") or {} for live in summaries])
-              if measurements == "pooled" else None)
+    measured = [live.get("measured") or {} for live in summaries]
+    per_round: list[dict[str, Any]] | None = None
+    if measurements == "pooled":
+        per_round = [pooled_measurements(measured)] * len(measured)
+    elif measurements == "hardware":
+        per_round = hardware_measurements([{label: rec for label, rec in m.items() if label in systems}
+                                           for m in measured], deployment_shapes(systems))
     live_runs: list[dict[Key, list[RequestRecord]]] = []
     sim_runs: list[dict[Key, list[RequestRecord]]] = []
     own_rows: list[list[dict[str, Any]]] = []
-    for name, live in zip(top["round_dirs"], summaries):
+    for k, (name, live) in enumerate(zip(top["round_dirs"], summaries)):
         round_dir = rounds_path.parent / name
-        if pooled is not None:
-            live = {**live, "measured": pooled}
+        if per_round is not None:
+            live = {**live, "measured": per_round[k]}
         if progress:
             print(f"{name}:", file=sys.stderr, flush=True)
         sim: dict[Key, list[RequestRecord]] = {}

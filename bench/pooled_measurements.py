@@ -21,15 +21,50 @@ The median is taken of every number in the record, at the same place in each rou
 The step model's four coefficients are pooled one by one, so the pooled model is no single
 round's fit (the four are fitted jointly and trade off a little); `bench.sim_fidelity
 --measurements` runs either form, and the two can be set side by side.
+
+The hardware form (`hardware_measurements`) pools wider, by what a figure describes:
+- the step model describes the model on this hardware, the same engines in every system: its
+  coefficients are the median over every record of the sweep, all systems and all rounds;
+- the rest (request path, host probes, link) describes a deployment's shape: it is pooled over
+  the records of every system whose workers are the same (colocated and adaptive both run two
+  `both` engines of one configuration), all rounds.
+Why (2026-12-03, this 2-core host): one deployment calibrated three times in a row measured
+52-54, 51-66, 50-66 and 46-68 linear GFLOP/s (adaptive, colocated, adaptive without its link
+probe, colocated with one); no system calibrates slower than another, and one calibration is
++-15% of the engines' speed. Runs 50 and 51 had put adaptive at 50-65 against colocated's 53-83
+from one calibration per round; simulated with those, adaptive at 5-6 req/s came out 2-30x too
+slow. The host probes' decode-step excesses (`bench.host_cpu`: a measured decode step less what the
+deployment's own calibration predicted for it) are re-expressed against the pooled step model
+before they are pooled, so that calibrated step plus excess is still the step the probe measured:
+only the prefill speed and the first calibration's noise are pooled away, not the decode steps
+each deployment was seen to take. Without that, run 52's disaggregated deployment, calibrated
+at 8.6 ms of step overhead against the pool's 6.3, had its decode steps simulated 2 ms short
+(mean TPOT 31-42% low, against 16-33% with its own measurements).
+Runs 50-52, within 20% pooled / held out: own 13, 12, 23 of 36 / 30, 18, 43 of 72; pooled 13,
+12, 22 / 22, 23, 39; hardware 18, 14, 22 / 35, 25, 41. Better in sum (54 against 48 of 108,
+101 against 91 of 216), not on every run, and chosen on these runs: not the default.
 """
 from __future__ import annotations
 
+import json
 import statistics
+from dataclasses import replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+import yaml
+
+from bench.host_cpu import BURST_OUTPUT_TOKENS, BURST_PROMPT_TOKENS
+from schedulers.step_time import COEFFICIENTS
+
+# The context of a stream in `bench.host_cpu`'s bursts, halfway through its longest output: what
+# an excess is re-expressed at (the attention and KV terms move a decode step by microseconds
+# over these contexts; the per-step overhead is what differs between calibrations).
+EXCESS_CONTEXT_TOKENS = BURST_PROMPT_TOKENS + BURST_OUTPUT_TOKENS[-1] // 2
 
 # What `bench.fidelity_rounds` simulates each round with: its own deployment's measurements, or
 # this module's pool over all rounds.
-MEASUREMENTS = ("own", "pooled")
+MEASUREMENTS = ("own", "pooled", "hardware")
 # Keys whose values are raw samples or probe detail, not figures the simulator reads: kept as the
 # first round's (their medians would mean nothing).
 RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "calibration", "router_calibration",
@@ -50,6 +85,61 @@ def pooled_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> di
     summary `measured`: label -> record)."""
     labels = [label for r in rounds for label in r]
     return {label: pooled_record([r[label] for r in rounds if label in r]) for label in dict.fromkeys(labels)}
+
+
+def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
+                          shape_of: Mapping[str, str]) -> list[dict[str, dict[str, Any]]]:
+    """Per round, label -> the record to simulate it with (module docstring, the hardware form):
+    the step model's coefficients pooled over every record, the other figures over the records
+    of the labels of the same `shape_of[label]` (any key naming a deployment's workers). Raises
+    ValueError where the records are not of one model, or a label has no shape."""
+    records = [(label, rec) for r in rounds for label, rec in r.items()]
+    if not records:
+        raise ValueError("hardware_measurements needs at least one record")
+    missing = sorted({label for label, _ in records if label not in shape_of})
+    if missing:
+        raise ValueError(f"no deployment shape for {', '.join(missing)}")
+    models = {repr(rec.get("model_spec") or rec.get("hf_config")) for _, rec in records}
+    if len(models) > 1:
+        raise ValueError(f"the records are of {len(models)} different models; one step model cannot be pooled over them")
+    step = {k: float(statistics.median(rec[k] for _, rec in records)) for k in COEFFICIENTS}
+    records = [(label, excesses_against(rec, step)) for label, rec in records]
+    by_shape = {shape: pooled_record([rec for label, rec in records if shape_of[label] == shape])
+                for shape in dict.fromkeys(shape_of[label] for label, _ in records)}
+    return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
+
+
+def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> dict[str, Any]:
+    """`record` with its host's decode-step excesses re-expressed against the step model of
+    coefficients `step`: each plus what the record's own model predicts for a decode step of that
+    many streams (at `bench.host_cpu`'s burst contexts) less what `step`'s predicts. A record with
+    no host or no step model is returned as it is."""
+    from bench.sim_fidelity import step_model_from_calibration  # it imports this module
+
+    host = record.get("host")
+    if not isinstance(host, Mapping) or not all(k in record for k in COEFFICIENTS):
+        return dict(record)
+    own = step_model_from_calibration(record)
+    pooled = replace(own, **step)
+
+    def shift(streams: int) -> float:
+        contexts = [EXCESS_CONTEXT_TOKENS] * streams
+        return own.predict(0, 0, contexts) - pooled.predict(0, 0, contexts)
+
+    host = dict(host)
+    for key, streams in (("step_excess_alone_s", 1), ("step_excess_1_s", 1), ("step_excess_2_s", 2)):
+        if host.get(key) is not None:
+            host[key] = host[key] + shift(streams)
+    if host.get("step_excess_batch"):
+        host["step_excess_batch"] = [[n, e + shift(int(n))] for n, e in host["step_excess_batch"]]
+    return {**record, "host": host}
+
+
+def deployment_shapes(systems: Mapping[str, str]) -> dict[str, str]:
+    """label -> its config's workers (roles, counts, engines, resources) as canonical JSON: the
+    systems whose deployments are alike, whatever their policies."""
+    return {label: json.dumps(yaml.safe_load(Path(path).read_text())["workers"], sort_keys=True)
+            for label, path in systems.items()}
 
 
 def _pool(values: list[Any], key: str | None) -> Any:

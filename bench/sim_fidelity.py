@@ -44,7 +44,10 @@ round's own measurements and reports the rounds pooled, and each round, live and
 against the other rounds' live pool (`bench.fidelity_rounds`): on this host one 60-request round
 is too noisy a target to tell the simulator from the live system's own spread. With
 `--measurements pooled`, every round of a system is simulated with the median of what all its
-rounds measured instead (`bench.pooled_measurements`; on runs 50-51 no closer: 13 and 12 of 36 either way).
+rounds measured instead (`bench.pooled_measurements`; on runs 50-51 no closer: 13 and 12 of 36 either way);
+with `--measurements hardware`, with one step model pooled over every system and round, the other
+figures pooled over the systems whose workers are the same (runs 50-52: 18, 14 and 22 of 36, against
+13, 12 and 23 with their own; held out 101 of 216 against 91).
 """
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
-from bench.pooled_measurements import MEASUREMENTS
+from bench.pooled_measurements import MEASUREMENTS, deployment_shapes, hardware_measurements
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
@@ -628,8 +631,10 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
                                   measurements=args.measurements)
     n_rounds = len(result["rounds"])
-    with_what = ("its own measurements" if args.measurements == "own"
-                 else "the median of the system's measurements over all rounds")
+    with_what = {"own": "its own measurements",
+                 "pooled": "the median of the system's measurements over all rounds",
+                 "hardware": "the step model's median over every system and round, and the other "
+                             "measurements' over the rounds of the systems with the same workers"}[args.measurements]
     print(f"\nSimulator vs live CPU runs, {n_rounds} rounds pooled ({live_path}); each round simulated "
           f"with {with_what}; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
     print(fidelity_table(result["pooled_rows"], args.tolerance))
@@ -690,13 +695,15 @@ def main(argv: list[str] | None = None) -> int:
                          "CPU); or none (private cores)")
     ap.add_argument("--measurements", choices=MEASUREMENTS, default="own",
                     help="a --rounds sweep: simulate each round with what its own deployment measured "
-                         "before its run (own), or every round of a system with the median of what "
-                         "all its rounds measured (pooled; bench.pooled_measurements)")
+                         "before its run (own), every round of a system with the median of what "
+                         "all its rounds measured (pooled), or with the step model's median over "
+                         "every system and round and the other figures' over the systems of the "
+                         "same workers (hardware); bench.pooled_measurements")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
-    if live.get("experiment") != "rates-rounds" and args.measurements != "own":
+    if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2
     if live.get("experiment") == "rates-rounds":
@@ -706,6 +713,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     measured = live.get("measured") or {}
+    if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
+        shapes = deployment_shapes({label: RATES_SYSTEMS[label] for label in measured if label in RATES_SYSTEMS})
+        measured = hardware_measurements([{label: rec for label, rec in measured.items() if label in shapes}],
+                                         shapes)[0]
+        live = {**live, "measured": measured}
     cal = None
     if args.calibration:
         cal = json.loads(Path(args.calibration).read_text())
@@ -733,7 +745,7 @@ def main(argv: list[str] | None = None) -> int:
               "the same engine\n")
         print(gaps)
     write_json(args.out, {"live": str(live_path), "tolerance": args.tolerance, "calibration": cal,
-                          "host_form": args.host,
+                          "host_form": args.host, "measurements": args.measurements,
                           "measured_with_live_runs": sorted(measured),
                           "num_within_tolerance": sum(checks), "num_checks": len(checks), "gaps_table": gaps,
                           "all_within_tolerance": all(checks), "rows": rows, "table": table})

@@ -72,16 +72,18 @@ def test_a_round_off_by_a_second_fails_the_held_out_ttfts_but_not_the_tpot(tmp_p
     assert "round_2" in held_out_table(result["held_out"])
 
 
-def test_pooled_measurements_outvote_one_rounds_far_off_probe(tmp_path, cal, model_dir):
+@pytest.mark.parametrize("measurements", ["pooled", "hardware"])
+def test_pooled_measurements_outvote_one_rounds_far_off_probe(tmp_path, cal, model_dir, measurements):
     # Round 0's probes said every step costs 40 ms more; rounds 1 and 2 measured what the live
-    # records were made with. Own: round 0 simulated far too slow; pooled: the median is right.
+    # records were made with. Own: round 0 simulated far too slow; pooled (over the system's
+    # rounds, or over every system's and round's as the hardware form): the median is right.
     slow = {**cal, "overhead_s": cal["overhead_s"] + 0.040}
     top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 0.0], measured=[slow, cal, cal])
     own = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
     assert own["measurements"] == "own" and own["held_out"][0]["sim_vs_own_live_ok"] < 3
     pooled = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
-                                  measurements="pooled")
-    assert pooled["measurements"] == "pooled"
+                                  measurements=measurements)
+    assert pooled["measurements"] == measurements
     assert [h["sim_vs_own_live_ok"] for h in pooled["held_out"]] == [3, 3, 3]
     with pytest.raises(ValueError, match="measurements"):
         fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS, measurements="mean")
@@ -119,3 +121,40 @@ def test_the_command_line_takes_a_rounds_summary(tmp_path, cal, model_dir, monke
     assert "2 rounds pooled" in printed and "held out, all rounds: live 6/6, simulated 6/6" in printed
     written = json.loads(out.read_text())
     assert written["pooled_within_tolerance"] == 3 and written["held_out_checks"] == 6
+
+
+def test_the_shipped_colocated_and_adaptive_deployments_are_alike_and_the_others_not():
+    from bench.compare import RATES_SYSTEMS
+    from bench.pooled_measurements import deployment_shapes
+
+    shapes = deployment_shapes({label: str(ROOT / path) for label, path in RATES_SYSTEMS.items()})
+    assert shapes["colocated"] == shapes["adaptive"]
+    assert len({shapes["colocated"], shapes["disaggregated"], shapes["hybrid adaptive"]}) == 3
+
+
+def test_one_rounds_summary_takes_the_hardware_pool_over_its_systems(tmp_path, cal, model_dir, monkeypatch, capsys):
+    # One round of colocated, adaptive and disaggregated; adaptive's deployment measured every step
+    # 40 ms slow. Its own measurements simulate it far from its live records (the simulator's own
+    # with `cal`); the hardware pool takes the step model's median over the three, which is `cal`'s.
+    write_rounds(tmp_path, cal, model_dir, [0.0])
+    summary = json.loads((tmp_path / "round_0" / "summary.json").read_text())
+    slow = {**cal, "overhead_s": cal["overhead_s"] + 0.040}
+    labels = ("colocated", "adaptive", "disaggregated")
+    summary["measured"] = {"colocated": cal, "adaptive": slow, "disaggregated": cal}
+    summary["summaries"] = {label: summary["summaries"]["colocated"] for label in labels}
+    one = tmp_path / "round_0" / "summary.json"
+    one.write_text(json.dumps(summary))
+    monkeypatch.setattr(sf, "_default_model_dir", lambda: model_dir)
+    rows = {}
+    for measurements in ("own", "hardware"):
+        out = tmp_path / f"{measurements}.json"
+        assert sf.main(["--live", str(one), "--measurements", measurements, "--out", str(out)]) == 0
+        written = json.loads(out.read_text())
+        assert written["measurements"] == measurements
+        rows[measurements] = {r["system"]: r for r in written["rows"]}
+    own_ttft = rows["own"]["adaptive"]["metrics"]["p50_ttft_s"]
+    hw_ttft = rows["hardware"]["adaptive"]["metrics"]["p50_ttft_s"]
+    assert own_ttft["sim"] > hw_ttft["sim"] + 0.030
+    assert hw_ttft["sim"] == pytest.approx(rows["hardware"]["colocated"]["metrics"]["p50_ttft_s"]["sim"], rel=0.2)
+    assert sf.main(["--live", str(one), "--measurements", "pooled", "--out", str(tmp_path / "x.json")]) == 2
+    assert "needs a --rounds sweep" in capsys.readouterr().err

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pooled_measurements import pooled_measurements, pooled_record
+from bench.pooled_measurements import hardware_measurements, pooled_measurements, pooled_record
+from tests.unit.test_bench_sim_fidelity import cal  # noqa: F401  (shared fixture)
 
 
 def record(overhead_s: float, stretch: list, batch: list, cores: int = 2, name: str = "colocated") -> dict:
@@ -50,3 +51,65 @@ def test_per_system_over_the_rounds_that_measured_it():
     assert pooled["hybrid"]["overhead_s"] == 0.050
     with pytest.raises(ValueError):
         pooled_record([])
+
+
+def coefficients(scale: float) -> dict:
+    return {"overhead_s": 0.005 * scale, "s_per_linear_flop": 1e-11 * scale,
+            "s_per_attention_flop": 2e-11 * scale, "s_per_kv_byte": 1e-10 * scale}
+
+
+def test_hardware_pools_the_step_model_over_every_system_and_the_rest_over_alike_deployments():
+    shapes = {"colocated": "two both", "adaptive": "two both", "disaggregated": "prefill + decode"}
+
+    def rec(scale: float, path_s: float) -> dict:
+        return {**coefficients(scale), "model_spec": {"layers": 2}, "request_path": {"colocated_s": path_s}}
+
+    rounds = [{"colocated": rec(1.0, 0.010), "adaptive": rec(1.5, 0.030), "disaggregated": rec(0.9, 0.100)},
+              {"colocated": rec(1.1, 0.012), "adaptive": rec(1.2, 0.014), "disaggregated": rec(5.0, 0.200)}]
+    out = hardware_measurements(rounds, shapes)
+    assert len(out) == 2 and all(set(r) == set(shapes) for r in out)
+    # The step model: the median of all six records (1.1 and 1.2 in the middle), in every record.
+    for r in out:
+        for label in shapes:
+            assert r[label]["s_per_linear_flop"] == pytest.approx(1.15e-11)
+            assert r[label]["overhead_s"] == pytest.approx(0.00575)
+    # The request path: colocated and adaptive share theirs (median of 10, 30, 12, 14 ms), the
+    # disaggregated deployment keeps its own rounds' (median of 100 and 200 ms).
+    assert out[0]["adaptive"]["request_path"]["colocated_s"] == pytest.approx(0.013)
+    assert out[1]["colocated"]["request_path"]["colocated_s"] == pytest.approx(0.013)
+    assert out[0]["disaggregated"]["request_path"]["colocated_s"] == pytest.approx(0.150)
+    assert rounds[0]["adaptive"]["overhead_s"] == pytest.approx(0.0075)  # the inputs are left as they were
+
+
+def test_hardware_refuses_records_of_other_models_or_systems_of_no_shape():
+    a = {**coefficients(1.0), "model_spec": {"layers": 2}}
+    b = {**coefficients(1.0), "model_spec": {"layers": 4}}
+    with pytest.raises(ValueError, match="different models"):
+        hardware_measurements([{"colocated": a}, {"colocated": b}], {"colocated": "x"})
+    with pytest.raises(ValueError, match="no deployment shape for hybrid"):
+        hardware_measurements([{"colocated": a, "hybrid": a}], {"colocated": "x"})
+    with pytest.raises(ValueError, match="at least one record"):
+        hardware_measurements([], {})
+
+
+def test_hardware_keeps_each_measured_decode_step_as_measured_over_the_pooled_model(cal):
+    # Three deployments: two calibrated at the true overhead, one 3 ms high. The pool takes the
+    # true one; the high one's probes had measured its decode steps 1 ms over its own (high)
+    # model, so 4 ms over the pooled one, which is what it must carry.
+    from schedulers.step_time import COEFFICIENTS
+
+    def rec(extra_overhead_s: float) -> dict:
+        return {**cal, "overhead_s": cal["overhead_s"] + extra_overhead_s,
+                "host": {"step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": None,
+                         "step_excess_batch": [[4, 0.003]], "decode_beside_prefill": [[1, 0.005]]}}
+
+    shapes = {"a": "one", "b": "two", "c": "three"}
+    out = hardware_measurements([{"a": rec(0.0), "b": rec(0.0), "c": rec(0.003)}], shapes)[0]
+    assert out["c"]["overhead_s"] == pytest.approx(cal["overhead_s"])
+    assert all(out["c"][k] == pytest.approx(cal[k]) for k in COEFFICIENTS)
+    host = out["c"]["host"]
+    assert host["step_excess_1_s"] == pytest.approx(0.004) and host["step_excess_2_s"] == pytest.approx(0.005)
+    assert host["step_excess_batch"] == [[4, pytest.approx(0.006)]]
+    assert host["step_excess_alone_s"] is None
+    assert host["decode_beside_prefill"] == [[1, 0.005]]  # a difference of two measured steps: as it was
+    assert out["a"]["host"]["step_excess_1_s"] == pytest.approx(0.001)
