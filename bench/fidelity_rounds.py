@@ -17,8 +17,10 @@ the simulator cannot be told apart from that noise. Two views that can:
    count, beside it, is the same test passed by the simulator. A simulator that scores as the
    live rounds do is as close as this host lets anything be.
 
-Nothing here is fitted: the simulated records are those `run_fidelity` makes from each round's
-measurements taken before its runs.
+Nothing here is fitted: the simulated records are those `run_fidelity` makes from the
+measurements taken before the runs: each round's own (`measurements="own"`, this function's
+default), or pooled over the sweep's deployments (`bench.pooled_measurements`; the command line,
+`bench.sim_fidelity`, takes the hardware pool by default).
 """
 from __future__ import annotations
 

@@ -45,9 +45,9 @@ against the other rounds' live pool (`bench.fidelity_rounds`): on this host one 
 is too noisy a target to tell the simulator from the live system's own spread. With
 `--measurements pooled`, every round of a system is simulated with the median of what all its
 rounds measured instead (`bench.pooled_measurements`; on runs 50-51 no closer: 13 and 12 of 36 either way);
-with `--measurements hardware`, with one step model pooled over every system and round, the other
-figures pooled over the systems whose workers are the same (runs 50-52: 18, 14 and 22 of 36, against
-13, 12 and 23 with their own; held out 101 of 216 against 91).
+with `--measurements hardware`, the default, with one step model pooled over every system and round,
+the other figures pooled over the systems whose workers are the same (runs 50-53: 18, 14, 22 and 26
+of 36, against 13, 12, 23 and 25 with their own; held out 149 of 288 against 122).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
-from bench.pooled_measurements import MEASUREMENTS, deployment_shapes, hardware_measurements
+from bench.pooled_measurements import DEFAULT_MEASUREMENTS, MEASUREMENTS, deployment_shapes, hardware_measurements
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
@@ -693,12 +693,12 @@ def main(argv: list[str] | None = None) -> int:
                          "the free cores (cpu); steps beside a busy engine priced as calibrated "
                          "with all engines at once (neighbour; neighbour+cpu adds the path's "
                          "CPU); or none (private cores)")
-    ap.add_argument("--measurements", choices=MEASUREMENTS, default="own",
+    ap.add_argument("--measurements", choices=MEASUREMENTS, default=DEFAULT_MEASUREMENTS,
                     help="a --rounds sweep: simulate each round with what its own deployment measured "
                          "before its run (own), every round of a system with the median of what "
                          "all its rounds measured (pooled), or with the step model's median over "
                          "every system and round and the other figures' over the systems of the "
-                         "same workers (hardware); bench.pooled_measurements")
+                         "same workers (hardware, the default); bench.pooled_measurements")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)

@@ -121,6 +121,7 @@ def test_the_command_line_takes_a_rounds_summary(tmp_path, cal, model_dir, monke
     assert "2 rounds pooled" in printed and "held out, all rounds: live 6/6, simulated 6/6" in printed
     written = json.loads(out.read_text())
     assert written["pooled_within_tolerance"] == 3 and written["held_out_checks"] == 6
+    assert written["measurements"] == "hardware"  # the command line's default (bench.pooled_measurements)
 
 
 def test_the_shipped_colocated_and_adaptive_deployments_are_alike_and_the_others_not():
