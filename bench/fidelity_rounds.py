@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
-from bench.pooled_measurements import MEASUREMENTS, deployment_shapes, hardware_measurements, pooled_measurements
+from bench.pooled_measurements import MEASUREMENTS, hardware_measurements_for, pooled_measurements
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 
@@ -84,8 +84,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     if measurements == "pooled":
         per_round = [pooled_measurements(measured)] * len(measured)
     elif measurements == "hardware":
-        per_round = hardware_measurements([{label: rec for label, rec in m.items() if label in systems}
-                                           for m in measured], deployment_shapes(systems))
+        per_round = hardware_measurements_for(measured, systems)
     live_runs: list[dict[Key, list[RequestRecord]]] = []
     sim_runs: list[dict[Key, list[RequestRecord]]] = []
     own_rows: list[list[dict[str, Any]]] = []

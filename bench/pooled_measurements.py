@@ -137,6 +137,15 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
     return {**record, "host": host}
 
 
+def hardware_measurements_for(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
+                              systems: Mapping[str, str]) -> list[dict[str, dict[str, Any]]]:
+    """`hardware_measurements` over the records of `systems` (label -> deployment config) only,
+    each shaped by its config's workers (`deployment_shapes`)."""
+    shapes = deployment_shapes(systems)
+    return hardware_measurements([{label: rec for label, rec in r.items() if label in shapes} for r in rounds],
+                                 shapes)
+
+
 def deployment_shapes(systems: Mapping[str, str]) -> dict[str, str]:
     """label -> its config's workers (roles, counts, engines, resources) as canonical JSON: the
     systems whose deployments are alike, whatever their policies."""

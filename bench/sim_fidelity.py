@@ -67,7 +67,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
-from bench.pooled_measurements import DEFAULT_MEASUREMENTS, MEASUREMENTS, deployment_shapes, hardware_measurements
+from bench.pooled_measurements import DEFAULT_MEASUREMENTS, MEASUREMENTS, hardware_measurements_for
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
@@ -714,9 +714,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     measured = live.get("measured") or {}
     if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
-        shapes = deployment_shapes({label: RATES_SYSTEMS[label] for label in measured if label in RATES_SYSTEMS})
-        measured = hardware_measurements([{label: rec for label, rec in measured.items() if label in shapes}],
-                                         shapes)[0]
+        measured = hardware_measurements_for([measured], RATES_SYSTEMS)[0]
         live = {**live, "measured": measured}
     cal = None
     if args.calibration:
