@@ -27,6 +27,10 @@ the other engine idle, 5.2-6.9 ms while it decoded). So the same requests run on
 a time on the whole deployment: `step_excess_alone_s`, the excess with every other engine idle,
 for the form that tells the two apart (`--host neighbour-steps`).
 
+Each repeat also runs `bench.neighbour_spin`'s lone streams, beside other engines left
+idle and beside other engines stepped within vLLM's spin window: `step_excess_quiet_s` and
+`step_excess_spin_s`, for the form that tells them apart (`--host spin`).
+
 A decode engine's batch at 8 req/s reaches 6-10 streams, and no burst above holds more than
 two per engine; the path-CPU slope per further stream (`--host load-path`) put run 26's
 single-decode-engine TPOT there 79-111% high. So two more bursts keep `BATCH_STREAMS_PER_ENGINE`
@@ -51,6 +55,7 @@ ALONE_REQUESTS = 3  # per decode-capable engine, one stream each, for the one-st
 EXCESS_REPEATS = 4  # the one-stream and lone-stream bursts, repeated ...
 EXCESS_PAUSE_S = 3.0  # ... this far apart: the excess is their median over all the gaps
 BATCH_STREAMS_PER_ENGINE = (4, 8)  # the large-batch bursts: this many per engine at once, each
+NEIGHBOUR_REPEATS = 4  # the first this many repeats also run bench.neighbour_spin's lone streams
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,10 @@ class PathCpu:
     step_excess_alone_s: float | None = None
     # ... and (batch, excess) with BATCH_STREAMS_PER_ENGINE streams per engine at once.
     step_excess_batch: tuple[tuple[int, float], ...] = ()
+    # ... and with one stream, every other engine idle past vLLM's spin window / inside it
+    # (bench.neighbour_spin).
+    step_excess_quiet_s: float | None = None
+    step_excess_spin_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,6 +150,7 @@ def _check_served(records: list[Any], what: str) -> None:
 def measure_path_cpu(dep: Any) -> PathCpu:
     """The three windows on `dep`, which must be otherwise idle, and (with a calibration) the
     one-stream burst for the step excess."""
+    from bench.neighbour_spin import lone_excess_by_neighbour, measure_lone_by_neighbour
     from bench.run import run_workload
     from bench.workloads import fixed
     from schedulers.candidates import DECODE_ROLES
@@ -170,6 +180,8 @@ def measure_path_cpu(dep: Any) -> PathCpu:
         burst_records[num_tokens] = records
     excess: dict[int, float] = {}
     excess_alone = None
+    by_neighbour: dict[str, dict[str, float]] = {}
+    batch_excess: list[tuple[int, float]] = []
     if dep.calibration is not None:
         model = dep.calibration.model
 
@@ -182,6 +194,8 @@ def measure_path_cpu(dep: Any) -> PathCpu:
         # within one minute on one idle deployment.
         one_stream: list[Any] = []  # one request per decode-capable engine at a time
         lone_stream: list[Any] = []  # one request on the whole deployment at a time
+        neighbour_records: list[Any] = []  # bench.neighbour_spin's lone streams ...
+        neighbour_steps: list[Any] = []  # ... and the one-token steps beside them
         for rep in range(EXCESS_REPEATS):
             if rep:
                 time.sleep(EXCESS_PAUSE_S)
@@ -195,12 +209,22 @@ def measure_path_cpu(dep: Any) -> PathCpu:
             _check_served(lone, "lone-stream burst")
             one_stream += per_engine
             lone_stream += lone
-            samples.append({"window": f"excess repeat {rep}",
-                            "step_excess_1_s": step_excess_by_batch(per_engine, decode_step_s).get(1),
-                            "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1)})
+            sample = {"window": f"excess repeat {rep}",
+                      "step_excess_1_s": step_excess_by_batch(per_engine, decode_step_s).get(1),
+                      "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1)}
+            if rep < NEIGHBOUR_REPEATS:
+                records, steps = measure_lone_by_neighbour(dep, ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens,
+                                                           salt=-4 * num_tokens - 1000 * rep,
+                                                           stepped_first=rep % 2 == 1)
+                neighbour_records += records
+                neighbour_steps += steps
+                sample["lone_by_neighbour"] = lone_excess_by_neighbour(records, steps, decode_step_s,
+                                                                       others=per_engine + lone)
+            samples.append(sample)
         excess[1] = step_excess_by_batch(one_stream, decode_step_s).get(1)
         excess_alone = step_excess_by_batch(lone_stream, decode_step_s).get(1)
-        batch_excess = []
+        by_neighbour = lone_excess_by_neighbour(lone_stream + neighbour_records, neighbour_steps, decode_step_s,
+                                                others=one_stream + [r for rs in burst_records.values() for r in rs])
         for per_engine in BATCH_STREAMS_PER_ENGINE:
             count = per_engine * num_engines
             records = run_workload(dep.stream, fixed(count, BURST_PROMPT_TOKENS, num_tokens, concurrency=count),
@@ -212,4 +236,5 @@ def measure_path_cpu(dep: Any) -> PathCpu:
                 batch_excess.append((per_engine, by_batch[per_engine]))
     per_request, per_token = solve_per_request_and_token(bursts)
     return PathCpu(len(os.sched_getaffinity(0)), background_cores, per_request, per_token, tuple(samples),
-                   excess.get(1), excess.get(2), excess_alone, tuple(batch_excess))
+                   excess.get(1), excess.get(2), excess_alone, tuple(batch_excess),
+                   by_neighbour.get("quiet", {}).get("median_s"), by_neighbour.get("spin", {}).get("median_s"))

@@ -129,7 +129,8 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
         return own.predict(0, 0, contexts) - pooled.predict(0, 0, contexts)
 
     host = dict(host)
-    for key, streams in (("step_excess_alone_s", 1), ("step_excess_1_s", 1), ("step_excess_2_s", 2)):
+    for key, streams in (("step_excess_alone_s", 1), ("step_excess_1_s", 1), ("step_excess_2_s", 2),
+                         ("step_excess_quiet_s", 1), ("step_excess_spin_s", 1)):
         if host.get(key) is not None:
             host[key] = host[key] + shift(streams)
     if host.get("step_excess_batch"):

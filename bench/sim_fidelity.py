@@ -108,13 +108,18 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                                          "step_excess_2_s", "step_excess_batch", "load_stretch",
                                                          "load_stretch_beside", "decode_beside_prefill",
                                                          "cpu_s_per_request"),
+                                          "spin": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
+                                                   "step_excess_2_s", "step_excess_batch", "load_stretch",
+                                                   "load_stretch_beside", "decode_beside_prefill",
+                                                   "cpu_s_per_request", "step_excess_quiet_s", "step_excess_spin_s"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores")
-BATCH_FORMS = ("load-batch", "load-beside", "path-cores")
-PATH_CORES_FORMS = ("path-cores",)
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin")
+BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin")
+PATH_CORES_FORMS = ("path-cores", "spin")
+SPIN_FORMS = ("spin",)
 PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
@@ -239,6 +244,8 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"request, {host.cpu_s_per_token * 1e3:.2f} ms per token; on {host.num_cores} cores; decode steps "
           f"{_signed_ms(host.step_excess_1_s)} / {_signed_ms(host.step_excess_2_s)} ms over the calibration "
           f"with 1 / 2 streams per engine, {_signed_ms(host.step_excess_alone_s)} ms with a lone stream"
+          f" ({_signed_ms(host.step_excess_quiet_s)} / {_signed_ms(host.step_excess_spin_s)} ms with the others "
+          f"idle past / inside the spin window)"
           + "".join(f", {_signed_ms(e)} ms with {n}" for n, e in host.step_excess_batch),
           file=sys.stderr, flush=True)
     roles = {info.role for info in dep.infos.values()}
@@ -352,6 +359,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form 'load-beside' needs what a decode step loses beside the "
                          f"prefill-only engine's prefill (`bench.host_load`, measured since run 30); this "
                          f"record has none: pass --host load-batch for it")
+    if (host_form in SPIN_FORMS and host_spec and "step_excess_quiet_s" not in host_spec
+            and "step_excess_spin_s" not in host_spec):
+        raise ValueError(f"{label}: host form {host_form!r} needs the lone stream's excess by whether the "
+                         f"other engines stepped within vLLM's spin window (`bench.neighbour_spin`, "
+                         f"measured since run 54); this record has none: pass --host path-cores for it")
     if host_form in PATH_CORES_FORMS and host_spec:
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
@@ -601,6 +613,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
              f"cores; decode step excess with 1 / 2 streams {_signed_ms(host.get('step_excess_1_s'))} / "
              f"{_signed_ms(host.get('step_excess_2_s'))} ms, with a lone stream "
              f"{_signed_ms(host.get('step_excess_alone_s'))} ms"
+             + (f" ({_signed_ms(host.get('step_excess_quiet_s'))} / {_signed_ms(host.get('step_excess_spin_s'))} "
+                f"ms, the others idle past / inside the spin window)"
+                if host.get("step_excess_quiet_s") is not None or host.get("step_excess_spin_s") is not None else "")
              + "".join(f", with {n} {_signed_ms(e)} ms" for n, e in host.get("step_excess_batch") or ()))
     if host.get("load_stretch"):
         line += "; prefill beside streams " + _stretch_text(host["load_stretch"])

@@ -306,6 +306,18 @@ class EngineWorker(AsyncProbeHost):
         await self.engine.reset_prefix_cache()
         return result
 
+    async def step_once(self, salt: int = 0) -> tuple[float, float]:
+        """Run a four-token, one-output request here: one short step. Returns its wall-clock
+        (start, end). `bench.host_cpu` steps an engine with it to keep vLLM's processes in
+        their busy-poll window after a step (bench.simulator.host, the spin form) at next to
+        no compute."""
+        ids = random_prompt(4, f"step-once/{self.spec.worker_id}/{salt}", self.info.vocab_size)
+        t0 = time.time()
+        async for _ in self.generate(f"step-once-{self.spec.worker_id}-{salt}-{time.monotonic_ns()}", ids,
+                                     {"max_tokens": 1}):
+            pass
+        return t0, time.time()
+
     # ---- observation -----------------------------------------------------------------------
     async def health(self) -> bool:
         if self.engine is None:

@@ -99,6 +99,18 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   prefill alone; the load-beside form gave those gaps nothing. Taking the paths' cores from the
   free cores first (none stolen while a core has no engine computing) fitted runs 37-47 worse
   (289 of 396 figures within 20%, against 302).
+- spin (`step_excess_quiet_s` and `step_excess_spin_s` set besides; `--host spin`): as
+  path-cores, but a step that starts while no other engine computes takes the lone stream's
+  excess by whether another engine stepped within the last `SPIN_WINDOW_S`: vLLM's model
+  process, and its EngineCore waiting on it, poll their queues on `sched_yield` for a second
+  after each read (`shm_broadcast.SpinCondition`), so an engine that just stepped keeps two
+  processes runnable on the shared cores. Live, on runs 50-53's hybrid deployment (the
+  prefill-only engine idle between its disaggregated requests), a one-stream decode gap took
+  1.5-2 ms longer with that engine active in the last second than idle for longer
+  (`bench.token_gaps`), and the lone-stream probe, sent while it sat idle, said 2-4 ms less than
+  colocated's: the simulator took hybrid's mean TPOT 18-37% low. The probe now measures both
+  (`bench.host_cpu`: lone streams paced out past the window, and lone streams with every engine
+  stepped every `POKE_EVERY_S`).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -106,6 +118,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schedulers.step_time import COEFFICIENTS
+
+# vLLM's shm_broadcast.SpinCondition busy_loop_s: how long an engine's processes poll on
+# sched_yield after a step before they sleep on a notification.
+SPIN_WINDOW_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -126,7 +142,9 @@ class HostSpec:
     without them, `load_stretch` stands for both. `decode_beside_prefill`: (streams, seconds)
     points, what a step streaming that many loses while a prefill-only engine prefills
     (`beside_prefill_s`). `path_cores`: the cores a request keeps busy while it is on its
-    request path (`path_factor`)."""
+    request path (`path_factor`). `step_excess_quiet_s` / `step_excess_spin_s`: the lone
+    stream's excess with every other engine idle for longer than `SPIN_WINDOW_S` / with one
+    idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -140,6 +158,8 @@ class HostSpec:
     load_stretch_beside: tuple[tuple[int, float], ...] = ()
     decode_beside_prefill: tuple[tuple[int, float], ...] = ()
     path_cores: float = 0.0
+    step_excess_quiet_s: float | None = None
+    step_excess_spin_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:
@@ -191,15 +211,21 @@ class HostSpec:
             return 1.0
         return 1.0 + num_paths * self.path_cores / self.num_cores
 
-    def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0) -> float:
+    def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0,
+                     neighbour_spinning: bool = False) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,
-        with `num_busy_engines` computing (its own included)."""
+        with `num_busy_engines` computing (its own included); `neighbour_spinning`: another
+        engine, idle now, stepped within the last SPIN_WINDOW_S."""
         if not self.is_modelled or num_streamed_tokens <= 0:
             return 0.0
         if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
             one = self.step_excess_1_s
-            if self.step_excess_alone_s is not None and num_busy_engines <= 1:
-                one = self.step_excess_alone_s
+            if num_busy_engines <= 1:
+                lone = self.step_excess_spin_s if neighbour_spinning else self.step_excess_quiet_s
+                if lone is None:
+                    lone = self.step_excess_alone_s
+                if lone is not None:
+                    one = lone
             return max(-engine_s / 2, one + self._further_streams_s(num_streamed_tokens))
         free_cores = max(1, self.num_cores - num_busy_engines)
         return num_streamed_tokens * self.cpu_s_per_token / free_cores

@@ -26,6 +26,7 @@ from typing import Any
 from bench.metrics import RequestRecord
 from bench.simulator import events as ev
 from bench.simulator.engine_request import EngineRequest
+from bench.simulator.host import SPIN_WINDOW_S
 from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter
 from bench.simulator.specs import ClusterSpec
@@ -108,6 +109,8 @@ class Simulator:
         self._stretched: dict[str, StretchedStep] = {}
         self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
         self._num_paths = 0  # requests on their request path (a DISPATCH queued): the host's path_factor
+        # When each worker's last step ended: its processes spin for SPIN_WINDOW_S after it (host.py).
+        self._last_step_end_s: dict[str, float] = {}
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -184,7 +187,8 @@ class Simulator:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
                 factor = host.load_factor(self._num_streams(plan), beside=self._is_prefill_only(worker_id))
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
-                                            plan.duration_s * factor if plan.chunks else plan.duration_s)
+                                            plan.duration_s * factor if plan.chunks else plan.duration_s,
+                                            self._neighbour_spinning(worker_id, now_s))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
                 if plan.chunks or host.path_cores > 0:
@@ -220,6 +224,11 @@ class Simulator:
             if step.restretch(now_s, factor * path_factor):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
+
+    def _neighbour_spinning(self, worker_id: str, now_s: float) -> bool:
+        """Whether another worker's last step ended within SPIN_WINDOW_S of `now_s`."""
+        return any(now_s - end_s <= SPIN_WINDOW_S for wid, end_s in self._last_step_end_s.items()
+                   if wid != worker_id)
 
     def _prefill_only_prefilling(self, worker_id: str) -> bool:
         """Whether a prefill-only engine other than `worker_id` is in a prefill step now."""
@@ -266,6 +275,7 @@ class Simulator:
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}
+        self._last_step_end_s[worker_id] = now_s
         self._stretched.pop(worker_id, None)
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job

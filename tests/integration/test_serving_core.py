@@ -275,6 +275,13 @@ def test_the_paths_cpu_is_measured_per_request_and_per_token(hybrid):
     # tiny model take 3-10 ms here).
     for excess in (host.step_excess_1_s, host.step_excess_2_s, host.step_excess_alone_s):
         assert excess is not None and abs(excess) < 0.02, host
+    # ... and the lone stream's by the other engine's spin window (bench.neighbour_spin): hybrid's
+    # lone streams go colocated, so its prefill-only engine is idle past the window in the quiet
+    # sets and inside it in the stepped ones; both classes are seen in every repeat.
+    for excess in (host.step_excess_quiet_s, host.step_excess_spin_s):
+        assert excess is not None and abs(excess) < 0.02, host
+    for s in host.samples[3:3 + EXCESS_REPEATS]:
+        assert {"quiet", "spin"} <= set(s["lone_by_neighbour"]), s
 
 
 def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybrid):

@@ -101,6 +101,7 @@ def test_hardware_keeps_each_measured_decode_step_as_measured_over_the_pooled_mo
     def rec(extra_overhead_s: float) -> dict:
         return {**cal, "overhead_s": cal["overhead_s"] + extra_overhead_s,
                 "host": {"step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": None,
+                         "step_excess_quiet_s": 0.0005, "step_excess_spin_s": 0.002,
                          "step_excess_batch": [[4, 0.003]], "decode_beside_prefill": [[1, 0.005]]}}
 
     shapes = {"a": "one", "b": "two", "c": "three"}
@@ -111,5 +112,7 @@ def test_hardware_keeps_each_measured_decode_step_as_measured_over_the_pooled_mo
     assert host["step_excess_1_s"] == pytest.approx(0.004) and host["step_excess_2_s"] == pytest.approx(0.005)
     assert host["step_excess_batch"] == [[4, pytest.approx(0.006)]]
     assert host["step_excess_alone_s"] is None
+    assert host["step_excess_quiet_s"] == pytest.approx(0.0035)  # lone streams: one stream's shift
+    assert host["step_excess_spin_s"] == pytest.approx(0.005)
     assert host["decode_beside_prefill"] == [[1, 0.005]]  # a difference of two measured steps: as it was
     assert out["a"]["host"]["step_excess_1_s"] == pytest.approx(0.001)

@@ -339,3 +339,18 @@ def test_the_quiet_excess_table_sets_live_beside_simulated_by_batch():
     table = sf.quiet_excess_table([row, {"system": "hybrid", "rate": 1.0, "quiet_excess": {"live": None}}])
     assert "1.2 / 1.2 (1194)" in table and "4.1 / - (89)" in table and "- / - (0)" in table
     assert "5+ streams" in table and "hybrid" not in table  # no live records: no row
+
+
+def test_the_spin_form_is_path_cores_with_the_lone_excess_by_the_spin_window(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "cpu_s_per_request": 0.01}
+    record = {**cal, "host": {**host, "step_excess_quiet_s": 0.0002, "step_excess_spin_s": 0.0021},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(form, rec=record):
+        return build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), rec, model_dir,
+                                               host_form=form), "colocated").host
+    assert host_of("spin") == replace(host_of("path-cores"), step_excess_quiet_s=0.0002, step_excess_spin_s=0.0021)
+    assert host_of("path-cores").step_excess_spin_s is None  # the other forms leave them out
+    with pytest.raises(ValueError, match="--host path-cores"):  # a record from before they were measured
+        host_of("spin", {**record, "host": host})
