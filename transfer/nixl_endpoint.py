@@ -170,7 +170,9 @@ class ProbeEndpoint:
         """Timed READs over a size sweep, in round-robin passes so drift hits all sizes alike.
 
         Warm-up passes are dropped (connection set-up, first-touch page faults). Stops starting
-        new READs once `max_seconds` have passed; a size may then have fewer than `num_reps`.
+        new READs once `max_seconds` have passed, but not before one timed pass over every size
+        (a link model needs two sizes; a host stalled through the whole budget once left the
+        start-up probe with none, and the deploy failed); a size may have fewer than `num_reps`.
         """
         capacity = min(self.layout.num_blocks, self._remotes[remote_agent].info.layout.num_blocks)
         sizes = [n for n in sizes_blocks if 1 <= n <= capacity]
@@ -181,7 +183,7 @@ class ProbeEndpoint:
         samples: list[ReadSample] = []
         for pass_index in range(num_warmup + num_reps):
             for size_index, num_blocks in enumerate(sizes):
-                if time.perf_counter() > deadline:
+                if pass_index > num_warmup and time.perf_counter() > deadline:
                     logger.info("probe budget of %.1f s spent after %d samples", max_seconds,
                                 len(samples))
                     return samples
