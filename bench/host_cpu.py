@@ -55,7 +55,6 @@ ALONE_REQUESTS = 3  # per decode-capable engine, one stream each, for the one-st
 EXCESS_REPEATS = 4  # the one-stream and lone-stream bursts, repeated ...
 EXCESS_PAUSE_S = 3.0  # ... this far apart: the excess is their median over all the gaps
 BATCH_STREAMS_PER_ENGINE = (4, 8)  # the large-batch bursts: this many per engine at once, each
-NEIGHBOUR_REPEATS = 4  # the first this many repeats also run bench.neighbour_spin's lone streams
 
 
 @dataclass(frozen=True)
@@ -209,18 +208,15 @@ def measure_path_cpu(dep: Any) -> PathCpu:
             _check_served(lone, "lone-stream burst")
             one_stream += per_engine
             lone_stream += lone
-            sample = {"window": f"excess repeat {rep}",
-                      "step_excess_1_s": step_excess_by_batch(per_engine, decode_step_s).get(1),
-                      "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1)}
-            if rep < NEIGHBOUR_REPEATS:
-                records, steps = measure_lone_by_neighbour(dep, ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens,
-                                                           salt=-4 * num_tokens - 1000 * rep,
-                                                           stepped_first=rep % 2 == 1)
-                neighbour_records += records
-                neighbour_steps += steps
-                sample["lone_by_neighbour"] = lone_excess_by_neighbour(records, steps, decode_step_s,
-                                                                       others=per_engine + lone)
-            samples.append(sample)
+            records, steps = measure_lone_by_neighbour(dep, ALONE_REQUESTS, BURST_PROMPT_TOKENS, num_tokens,
+                                                       salt=-4 * num_tokens - 1000 * rep, stepped_first=rep % 2 == 1)
+            neighbour_records += records
+            neighbour_steps += steps
+            samples.append({"window": f"excess repeat {rep}",
+                            "step_excess_1_s": step_excess_by_batch(per_engine, decode_step_s).get(1),
+                            "step_excess_alone_s": step_excess_by_batch(lone, decode_step_s).get(1),
+                            "lone_by_neighbour": lone_excess_by_neighbour(records, steps, decode_step_s,
+                                                                          others=per_engine + lone)})
         excess[1] = step_excess_by_batch(one_stream, decode_step_s).get(1)
         excess_alone = step_excess_by_batch(lone_stream, decode_step_s).get(1)
         by_neighbour = lone_excess_by_neighbour(lone_stream + neighbour_records, neighbour_steps, decode_step_s,

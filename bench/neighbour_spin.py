@@ -31,7 +31,9 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
+from bench.host_cpu import _check_served
 from bench.simulator.host import SPIN_WINDOW_S
+from bench.token_gaps import busy_intervals
 
 QUIET_S = SPIN_WINDOW_S + 0.5  # each set of lone streams starts this long after the last work ended
 STEP_EVERY_S = 0.4  # the stepped lone streams: every engine runs a one-token step this often
@@ -40,15 +42,9 @@ Interval = tuple[str, float, float]  # (worker, start, end) wall-clock seconds
 
 
 def activity(records: Sequence[Any], steps: Sequence[Interval] = ()) -> dict[str, list[tuple[float, float]]]:
-    """Per worker, the (start, end) spans it computed: each request's prefill worker (its decode
-    worker when colocated) from arrival to first token, its decode worker from first token to
-    last, and `steps` (the one-token steps)."""
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for r in records:
-        if not r.ok or r.first_token_s is None or not r.decode_worker or not r.token_times:
-            continue
-        spans.setdefault(r.prefill_worker or r.decode_worker, []).append((r.arrival_s, r.first_token_s))
-        spans.setdefault(r.decode_worker, []).append((r.token_times[0], r.token_times[-1]))
+    """Per worker, the (start, end) spans it computed: `bench.token_gaps.busy_intervals` (each
+    request's prefill, then its decode) and `steps` (the one-token steps)."""
+    spans = {w: [(s, e) for s, e, _ in v] for w, v in busy_intervals(records).items()}
     for worker, start, end in steps:
         spans.setdefault(worker, []).append((start, end))
     return spans
@@ -70,11 +66,11 @@ def lone_excess_by_neighbour(records: Sequence[Any], steps: Sequence[Interval],
                if r.ok and r.decode_worker and len(r.token_times) > 1]
     out: dict[str, list[float]] = {"quiet": [], "spin": []}
     for worker, times, prompt in streams:
+        neighbours = [w for w in spans if w != worker]
         for i in range(1, len(times)):
             a, b = times[i - 1], times[i]
             if any(w == worker and ts is not times and ts[0] < b <= ts[-1] for w, ts, _ in streams):
                 continue  # not one stream
-            neighbours = [w for w in spans if w != worker]
             if (any(s < b and e > a for w in neighbours for s, e in spans[w])
                     or any(s < b and e > a for _, s, e in steps)):
                 continue  # another worker computed meanwhile, or this one ran a one-token step
@@ -129,9 +125,7 @@ def lone_streams(dep: Any, count: int, prompt_tokens: int, output_tokens: int, s
 
     records = run_workload(dep.stream, fixed(count, prompt_tokens, output_tokens, concurrency=1), dep.vocab_size,
                            progress=False, salt=salt)
-    failed = [r.error for r in records if not r.ok]
-    if failed:
-        raise RuntimeError(f"lone-stream probe failed: {failed}")
+    _check_served(records, "lone-stream probe")
     return records
 
 

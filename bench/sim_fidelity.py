@@ -108,13 +108,10 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                                          "step_excess_2_s", "step_excess_batch", "load_stretch",
                                                          "load_stretch_beside", "decode_beside_prefill",
                                                          "cpu_s_per_request"),
-                                          "spin": ("num_cores", "step_excess_alone_s", "step_excess_1_s",
-                                                   "step_excess_2_s", "step_excess_batch", "load_stretch",
-                                                   "load_stretch_beside", "decode_beside_prefill",
-                                                   "cpu_s_per_request", "step_excess_quiet_s", "step_excess_spin_s"),
                                           "neighbour": ("num_cores",),
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
+HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_excess_spin_s")
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin")
 BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin")
@@ -701,7 +698,8 @@ def main(argv: list[str] | None = None) -> int:
                          "prefill adding what the probe measured there (load-beside); as "
                          "load-beside with every step losing the share of its core that requests on "
                          "their request path take, spread over the host's cores (path-cores, the "
-                         "default); load "
+                         "default); as path-cores with a lone stream's step priced by whether another "
+                         "engine stepped within vLLM's spin window (spin); load "
                          "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "

@@ -109,8 +109,8 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   1.5-2 ms longer with that engine active in the last second than idle for longer
   (`bench.token_gaps`), and the lone-stream probe, sent while it sat idle, said 2-4 ms less than
   colocated's: the simulator took hybrid's mean TPOT 18-37% low. The probe now measures both
-  (`bench.host_cpu`: lone streams paced out past the window, and lone streams with every engine
-  stepped every `POKE_EVERY_S`).
+  (`bench.neighbour_spin`: sets of lone streams after a quiet spell past the window, with the
+  other engines left idle or stepped every `STEP_EVERY_S`).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
