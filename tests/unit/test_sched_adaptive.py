@@ -127,3 +127,23 @@ def test_a_tiny_request_on_idle_workers_stays_colocated():
 def test_a_full_prefix_hit_still_computes_the_last_token():
     decision = POLICY.decide(RequestInfo("r", 4000, 16, num_cached_tokens=4000), busy_view(FAST))
     assert decision.predictions["colocated.prefill_s"] == pytest.approx(MODEL.predict(1, 3999, [1024] * 8))
+
+
+def test_a_request_lost_either_way_goes_where_it_harms_the_decodes_least():
+    # A TTFT SLO of 1 ms is past saving on every worker (> lost_ttft_ratio times it). "a" has
+    # the shorter queue, so the least TTFT, but 8 decodes with 10 ms of slack left; "b" has a
+    # longer queue and nothing decoding. The request's TTFT is lost to goodput wherever it goes;
+    # a's decodes are not yet: it goes to b (run 54, 7.73 req/s: a 3,179-token prompt predicted
+    # at 5.8x its SLO went to the engine with the shorter queue and 10-odd decodes, whose TPOT
+    # then ran at 117-175 ms against the 0.1 s SLO).
+    a = WorkerView("a", "both", num_running=8, num_inflight=8, num_queued_prefill_tokens=0,
+                   decode_slack_s=0.01)
+    b = WorkerView("b", "both", num_inflight=1, num_queued_prefill_tokens=2000, decode_slack_s=float("inf"))
+    request = RequestInfo("r", 2000, 16, ttft_slo_s=0.001)
+    decision = POLICY.decide(request, ClusterView((a, b)))
+    assert decision.decode_worker == "b"
+    assert decision.predictions["colocated.decode_harm"] == 0.0
+    assert decision.predictions["colocated.ttft_s"] > 2 * 0.001
+    # Lost either way with no decodes at stake on either: the less loaded one.
+    idle_a = WorkerView("a", "both", num_inflight=3, decode_slack_s=float("inf"))
+    assert POLICY.decide(request, ClusterView((idle_a, b))).decode_worker == "b"
