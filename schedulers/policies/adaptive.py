@@ -12,13 +12,18 @@ from schedulers.types import (ROUTE_COLOCATED, ROUTE_DISAGGREGATED, ClusterView,
                               LinkEstimate, NoCandidateError, RequestInfo)
 
 
+def _is_lost(p: RoutePrediction, lost_ttft_ratio: float) -> bool:
+    """Its predicted TTFT is past `lost_ttft_ratio` times its SLO: lost to goodput there."""
+    return p.ttft_s / p.ttft_slo_s > lost_ttft_ratio
+
+
 def _candidate_key(p: RoutePrediction, lost_ttft_ratio: float) -> tuple:
     """Within a route: SLO-meeting first, lowest TTFT among them; else least violation; a
     candidate lost to goodput (TTFT past `lost_ttft_ratio` times its SLO) last, and among
     those the least harm to the requests decoding, then load; ties on load."""
     if p.meets_slo:
         return (0, p.ttft_s, p.decode_worker.load_key)
-    if p.ttft_s / p.ttft_slo_s > lost_ttft_ratio:
+    if _is_lost(p, lost_ttft_ratio):
         return (2, p.decode_harm, p.decode_worker.load_key)
     return (1, p.violation, p.decode_worker.load_key)
 
@@ -46,7 +51,7 @@ def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
         return a if a.meets_slo else b
     if a.meets_slo:
         return min(a, b, key=_worker_time_key)
-    if min(a.ttft_s / a.ttft_slo_s, b.ttft_s / b.ttft_slo_s) > lost_ttft_ratio:
+    if _is_lost(a, lost_ttft_ratio) and _is_lost(b, lost_ttft_ratio):
         return min(a, b, key=_lost_key)
     lo, hi = sorted((a, b), key=lambda p: p.violation)
     if hi.violation > lo.violation * (1 + tolerance):
