@@ -7,7 +7,8 @@
 | length_threshold   | threshold_tokens (1024), max_prefill_queue (4), max_prefill_queue_tokens (None) |
 | adaptive           | step_model, or model (table name or config dir) + hardware (a100/h100/h200/cpu) |
 |                    | [+ block_size (16)]; slo_table, chunk_tokens (2048), decode_context_tokens    |
-|                    | (1024), default_link (None)                                                  |
+|                    | (1024), default_link (None), violation_tolerance (0.1), lost_ttft_ratio (2), |
+|                    | meeting_order ("ttft" or "load")                                             |
 """
 from __future__ import annotations
 

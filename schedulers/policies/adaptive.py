@@ -17,11 +17,17 @@ def _is_lost(p: RoutePrediction, lost_ttft_ratio: float) -> bool:
     return p.ttft_s / p.ttft_slo_s > lost_ttft_ratio
 
 
-def _candidate_key(p: RoutePrediction, lost_ttft_ratio: float) -> tuple:
-    """Within a route: SLO-meeting first, lowest TTFT among them; else least violation; a
-    candidate lost to goodput (TTFT past `lost_ttft_ratio` times its SLO) last, and among
-    those the least harm to the requests decoding, then load; ties on load."""
+MEETING_ORDERS = ("ttft", "load")
+
+
+def _candidate_key(p: RoutePrediction, lost_ttft_ratio: float, meeting_order: str = "ttft") -> tuple:
+    """Within a route: SLO-meeting first, and among them the lowest TTFT (`meeting_order`
+    "ttft") or the least loaded worker ("load"); else least violation; a candidate lost to
+    goodput (TTFT past `lost_ttft_ratio` times its SLO) last, and among those the least harm to
+    the requests decoding, then load; ties on load."""
     if p.meets_slo:
+        if meeting_order == "load":
+            return (0, p.decode_worker.load_key, p.ttft_s)
         return (0, p.ttft_s, p.decode_worker.load_key)
     if _is_lost(p, lost_ttft_ratio):
         return (2, p.decode_harm, p.decode_worker.load_key)
@@ -115,6 +121,7 @@ class AdaptivePolicy:
     default_link: LinkEstimate | None = None
     violation_tolerance: float = 0.1
     lost_ttft_ratio: float = 2.0
+    meeting_order: str = "ttft"
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -122,6 +129,8 @@ class AdaptivePolicy:
             raise ValueError("chunk_tokens must be > 0 and decode_context_tokens >= 0")
         if self.lost_ttft_ratio < 1:
             raise ValueError(f"lost_ttft_ratio must be >= 1, got {self.lost_ttft_ratio}")
+        if self.meeting_order not in MEETING_ORDERS:
+            raise ValueError(f"meeting_order must be one of {MEETING_ORDERS}, got {self.meeting_order!r}")
 
     def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
         candidates = self._colocated(request, view) + self._disaggregated(request, view)
@@ -129,7 +138,7 @@ class AdaptivePolicy:
             raise NoCandidateError(f"request {request.request_id}: no decode-capable worker can take "
                                    f"it (down, or max_model_len too short)")
         best_by_route = {}
-        for c in sorted(candidates, key=lambda c: _candidate_key(c, self.lost_ttft_ratio)):
+        for c in sorted(candidates, key=lambda c: _candidate_key(c, self.lost_ttft_ratio, self.meeting_order)):
             best_by_route.setdefault(c.route, c)
         chosen = None
         for p in best_by_route.values():

@@ -147,3 +147,21 @@ def test_a_request_lost_either_way_goes_where_it_harms_the_decodes_least():
     # Lost either way with no decodes at stake on either: the less loaded one.
     idle_a = WorkerView("a", "both", num_inflight=3, decode_slack_s=float("inf"))
     assert POLICY.decide(request, ClusterView((idle_a, b))).decode_worker == "b"
+
+
+def test_meeting_order_picks_among_slo_meeting_workers_by_ttft_or_by_load():
+    # Both workers meet the SLO. "a" has the shorter queue (lower TTFT) but more requests in
+    # flight; "b" the longer queue and fewer. "ttft" (default) takes a, "load" takes b, as the
+    # colocated policy would; where only one meets, both orders take it.
+    a = WorkerView("a", "both", num_running=6, num_inflight=6, decode_slack_s=float("inf"))
+    b = WorkerView("b", "both", num_inflight=1, num_queued_prefill_tokens=512, decode_slack_s=float("inf"))
+    request = RequestInfo("r", 256, 16, ttft_slo_s=10.0)
+    assert POLICY.decide(request, ClusterView((a, b))).decode_worker == "a"
+    by_load = AdaptivePolicy(MODEL, meeting_order="load")
+    assert by_load.decide(request, ClusterView((a, b))).decode_worker == "b"
+    long_queue = WorkerView("b", "both", num_inflight=1, num_queued_prefill_tokens=200_000,
+                            decode_slack_s=float("inf"))
+    tight = RequestInfo("r", 256, 16, ttft_slo_s=0.2)
+    assert by_load.decide(tight, ClusterView((a, long_queue))).decode_worker == "a"
+    with pytest.raises(ValueError, match="meeting_order"):
+        AdaptivePolicy(MODEL, meeting_order="fastest")
