@@ -18,6 +18,8 @@ of it: fixed rates are light load on one host and overload on another.
 `--rounds 2` runs the whole rates sweep twice, each round deploying every system afresh in a
 rotated order (into --out/round_<k>), and pools the rounds (bench/rate_rounds.py): one noisy
 minute then moves one round's counts, which the pooled table shows beside its goodput.
+`--systems colocated,adaptive,tuned=my.yaml` serves only those systems (a name above, or
+label=config for a deployment of your own; at least one baseline, which the ratios are over).
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import yaml
 from bench.capacity import (CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, Capacity, parse_loads, rates_at,
                             steady_capacity)
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
-                           summarize, write_json, write_markdown)
+                           summarize, write_json, write_markdown, write_summary)
 from bench.rate_rounds import comparison_rows, pool_rounds, rotated
 from bench.run import run_workload, write_run
 from bench.simulate import parse_rates
@@ -150,15 +152,43 @@ def rates_workload(rate: float, num_requests: int, output_tokens: int = DEFAULT_
                          output_tokens=output_tokens, buckets=RATES_BUCKETS)
 
 
-def rates_systems() -> dict[str, dict]:
-    """The rates experiment's deployments. Every one calibrates its step-time model at start-up
-    (the baselines' fixed policies do not use it): `bench.sim_fidelity` simulates each system
-    with what its own deployment measured, minutes before the live run."""
+def parse_systems(text: str) -> dict[str, str]:
+    """`--systems`: label -> config path, in the order given. Each item is a name of
+    RATES_SYSTEMS or `label=path` (a config of one's own); at least one baseline."""
+    systems: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        label, sep, path = (part.strip() for part in item.partition("="))
+        if not sep:
+            if label not in RATES_SYSTEMS:
+                raise ValueError(f"--systems: unknown system {label!r}; the named ones are "
+                                 f"{', '.join(RATES_SYSTEMS)}, or give label=config.yaml")
+            path = RATES_SYSTEMS[label]
+        elif not label or not Path(path).is_file():
+            raise ValueError(f"--systems: {item!r} must be label=path of an existing config file")
+        if label in systems:
+            raise ValueError(f"--systems: {label!r} given twice")
+        systems[label] = path
+    if not any(label in RATES_BASELINES for label in systems):
+        raise ValueError(f"--systems: name at least one baseline ({', '.join(RATES_BASELINES)}); "
+                         f"the table's ratios are over the better of them")
+    return systems
+
+
+def rates_systems(paths: dict[str, str] = RATES_SYSTEMS) -> dict[str, dict]:
+    """The rates experiment's deployments (label -> config path). Every one calibrates its
+    step-time model at start-up (the baselines' fixed policies do not use it):
+    `bench.sim_fidelity` simulates each system with what its own deployment measured, minutes
+    before the live run."""
     systems = {label: baseline(path) if label in RATES_BASELINES else load_yaml(path)
-               for label, path in RATES_SYSTEMS.items()}
+               for label, path in paths.items()}
     for cfg in systems.values():
         cfg.setdefault("scheduler", {})["calibrate"] = True
     return systems
+
+
+def present_baselines(systems: dict[str, str]) -> tuple[str, ...]:
+    """The baselines among `systems` (parse_systems guarantees one)."""
+    return tuple(label for label in RATES_BASELINES if label in systems)
 
 
 def measure_capacity(args: argparse.Namespace, slo: SloSpec) -> Capacity:
@@ -203,6 +233,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
     rates, origin = sweep_rates(args, slo)
+    origin["systems"] = args.systems
     if args.rounds == 1:
         return {**rates_round(args, slo, rates, Path(args.out))[0], **origin}
     rounds = []
@@ -213,7 +244,7 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
         write_json(out / "summary.json", result)
         write_markdown(out / "summary.md", rows_markdown(result["rows"]))
         rounds.append(records)
-    pooled = pool_rounds(rounds, rates, slo, RATES_BASELINES)
+    pooled = pool_rounds(rounds, rates, slo, present_baselines(args.systems))
     if can_plot():
         sweep = {s: [(r, pooled["summaries"][s][f"rate={r:g}"]) for r in rates] for s in pooled["summaries"]}
         plot_rate_sweep(sweep, Path(args.out) / "rate_sweep.png", title=f"rate sweep, {args.rounds} rounds pooled")
@@ -226,7 +257,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
     Returns the sweep's summary and its records (system -> workload name -> records)."""
     from bench.sim_fidelity import measure_deployment  # it imports this module's rates experiment
 
-    systems = rates_systems()
+    systems = rates_systems(args.systems)
     workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
     workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
     results: dict[str, dict[str, Any]] = {}
@@ -257,7 +288,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
         for wl, recs in records.items():
             write_run(out / label / wl.replace("=", "_"), f"{label} {wl}", recs, slo)
     results = {label: results[label] for label in systems}  # the table's order, whatever the run's
-    rows = comparison_rows(results, rates, RATES_BASELINES, lambda s, key, sm: {
+    rows = comparison_rows(results, rates, present_baselines(args.systems), lambda s, key, sm: {
         "p99_ttft_s": sm["ttft_s"]["p99"], "p50_ttft_s": sm["ttft_s"]["p50"], "p99_tpot_s": sm["tpot_s"]["p99"],
         "throughput_rps": sm["throughput_rps"], "routes": sm["routes"]})
     if can_plot():
@@ -363,20 +394,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="mixed-batch and chunk-sweep: batches per system")
     ap.add_argument("--rounds", type=int, default=1,
                     help="rates: sweeps, each deploying every system afresh in a rotated order, pooled")
+    ap.add_argument("--systems", default=",".join(RATES_SYSTEMS),
+                    help="rates: the systems to serve, in order: names of the default ones, or "
+                         "label=config.yaml for your own; at least one of the baselines "
+                         f"({', '.join(RATES_BASELINES)})")
     ap.add_argument("--out", default="results/compare")
     args = ap.parse_args(argv)
+    try:
+        args.systems = parse_systems(args.systems)
+    except ValueError as err:
+        ap.error(str(err))
     slo = SloSpec()
     from pd_serve.deployment import init_ray
     init_ray()  # one Ray for every deployment of the run: each deploy() then only adds actors
     result = EXPERIMENTS[args.experiment](args, slo)
     out = Path(args.out)
-    write_json(out / "summary.json", result)
     table = rows_markdown(result["rows"])
     if "capacity" in result:
         table = f"{Capacity(**result['capacity']).line()}; loads {result['loads']}\n\n{table}"
-    write_markdown(out / "summary.md", table)
-    print(table)
-    print(f"\nwrote {out}/summary.json and summary.md")
+    write_summary(out, result, table)
     return 0
 
 

@@ -294,6 +294,15 @@ def write_markdown(path: str | Path, text: str) -> Path:
     return p
 
 
+def write_summary(out: str | Path, payload: Any, table: str) -> None:
+    """An experiment's end: DIR/summary.json (the payload) and DIR/summary.md (the table), the
+    table printed for the terminal."""
+    write_json(Path(out) / "summary.json", payload)
+    write_markdown(Path(out) / "summary.md", table)
+    print(table)
+    print(f"\nwrote {out}/summary.json and summary.md")
+
+
 def records_to_dicts(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
     return [r.to_dict() for r in records]
 

@@ -524,6 +524,12 @@ def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] 
     return cal
 
 
+def systems_of(live: Mapping[str, Any]) -> Mapping[str, str]:
+    """The systems a rates summary served (label -> config; `bench.compare --systems`); summaries
+    from before it recorded them served RATES_SYSTEMS."""
+    return live.get("systems") or RATES_SYSTEMS
+
+
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True,
@@ -635,13 +641,13 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
     for name in live["round_dirs"]:
         measured = json.loads((live_path.parent / name / "summary.json").read_text()).get("measured") or {}
-        missing = [label for label in RATES_SYSTEMS if label not in measured]
+        missing = [label for label in systems_of(live) if label not in measured]
         if missing and cal is None:
             print(f"bench.sim_fidelity: {name} holds no measurements of {', '.join(missing)}; give "
                   f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
             return 2
     result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
-                                  measurements=args.measurements)
+                                  systems=systems_of(live), measurements=args.measurements)
     n_rounds = len(result["rounds"])
     with_what = {"own": "its own measurements",
                  "pooled": "the median of the system's measurements over all rounds",
@@ -727,19 +733,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     measured = live.get("measured") or {}
     if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
-        measured = hardware_measurements_for([measured], RATES_SYSTEMS)[0]
+        measured = hardware_measurements_for([measured], systems_of(live))[0]
         live = {**live, "measured": measured}
     cal = None
     if args.calibration:
         cal = json.loads(Path(args.calibration).read_text())
         print(f"calibration for systems the live run did not measure: {args.calibration}", file=sys.stderr)
-    elif not all(label in measured for label in RATES_SYSTEMS if label in live["summaries"]):
+    elif not all(label in measured for label in systems_of(live) if label in live["summaries"]):
         cal = calibrate_live()
         write_json(args.calibration_out, cal)
         print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
 
-    rows = run_fidelity(live, cal, _default_model_dir(), live_dir=live_path.parent, tolerance=args.tolerance,
-                        host_form=args.host)
+    rows = run_fidelity(live, cal, _default_model_dir(), systems=systems_of(live), live_dir=live_path.parent,
+                        tolerance=args.tolerance, host_form=args.host)
     table = fidelity_table(rows, args.tolerance)
     checks = [m["ok"] for r in rows for m in r["metrics"].values()]
     print(f"\nSimulator vs live CPU runs ({live_path}); error = |sim - live| / live, "

@@ -152,6 +152,25 @@ def test_every_rates_system_calibrates_and_the_baselines_keep_their_fixed_polici
         "colocated": "colocated", "disaggregated": "disaggregated"}
 
 
+def test_systems_chosen_by_name_or_as_label_and_config(monkeypatch, tmp_path):
+    from bench.compare import RATES_SYSTEMS, parse_systems, present_baselines
+    monkeypatch.chdir(ROOT)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine\n")
+    systems = parse_systems(f"adaptive, colocated, mine={mine}")
+    assert systems == {"adaptive": RATES_SYSTEMS["adaptive"], "colocated": RATES_SYSTEMS["colocated"],
+                       "mine": str(mine)}
+    assert present_baselines(systems) == ("colocated",)
+    assert sf.systems_of({"systems": systems}) == systems
+    assert sf.systems_of({}) == RATES_SYSTEMS  # a summary from before --systems
+    for bad, match in [("colocated,adaptve", "unknown system 'adaptve'"),
+                       ("colocated,colocated", "given twice"),
+                       (f"colocated,x={tmp_path / 'absent.yaml'}", "existing config"),
+                       ("adaptive,hybrid adaptive", "at least one baseline")]:
+        with pytest.raises(ValueError, match=match):
+            parse_systems(bad)
+
+
 def test_live_run_shape_reads_requests_and_output_length():
     assert sf.live_run_shape({"num_requests": 60, "throughput_rps": 0.5, "output_tokens_per_s": 16.0}) == (60, 32)
     assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, DEFAULT_OUTPUT_TOKENS)
