@@ -95,6 +95,26 @@ def measure_capacity_on(dep: Any, num_engines: int, output_tokens: int, out: Pat
     return steady_capacity(records, concurrency, "colocated")
 
 
+def run_pairs(dep: Any, rates: Sequence[float], pairs: int, num_requests: int, output_tokens: int,
+              out: Path, slo: SloSpec) -> dict[tuple[int, str, float], list[RequestRecord]]:
+    """Serve the rates workload at each rate on both routes, `pairs` times; each run's records
+    under out/pair_<k>/<route>/rate_<r>/. Every run gets its own salt, so no prompt repeats."""
+    runs: dict[tuple[int, str, float], list[RequestRecord]] = {}
+    salt = 100
+    for k in range(pairs):
+        for rate in rates:
+            wl = replace(rates_workload(rate, num_requests, output_tokens), name=f"rate={rate:g}")
+            for route in route_order(k):
+                salt += 1
+                t0 = time.perf_counter()
+                recs = run_workload(dep.stream, wl, dep.vocab_size, route, progress=False, salt=salt)
+                runs[(k, route, rate)] = recs
+                write_run(out / f"pair_{k}" / route / f"rate_{rate:g}", f"{route} rate={rate:g}", recs, slo)
+                print(f"pair {k + 1}/{pairs} rate {rate:g} {route}: {num_within_slos(recs, slo)} of "
+                      f"{len(recs)} within both SLOs ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paired", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/adaptive.yaml",
@@ -122,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     from pd_serve import deploy
     from pd_serve.deployment import init_ray
     init_ray()
-    runs: dict[tuple[int, str, float], list[RequestRecord]] = {}
     with deploy(cfg) as dep:
         print(f"{cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
         origin: dict[str, Any] = {}
@@ -133,19 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             print(capacity.line() + "; rates " + ", ".join(f"{r:g}" for r in rates), file=sys.stderr, flush=True)
         else:
             rates = fixed
-        salt = 100
-        for k in range(args.pairs):
-            for rate in rates:
-                wl = replace(rates_workload(rate, args.num_requests, args.output_tokens), name=f"rate={rate:g}")
-                for route in route_order(k):
-                    salt += 1
-                    t0 = time.perf_counter()
-                    recs = run_workload(dep.stream, wl, dep.vocab_size, route, progress=False, salt=salt)
-                    runs[(k, route, rate)] = recs
-                    write_run(out / f"pair_{k}" / route / f"rate_{rate:g}", f"{route} rate={rate:g}", recs, slo)
-                    print(f"pair {k + 1}/{args.pairs} rate {rate:g} {route}: {num_within_slos(recs, slo)} of "
-                          f"{len(recs)} within both SLOs ({time.perf_counter() - t0:.0f} s)",
-                          file=sys.stderr, flush=True)
+        runs = run_pairs(dep, rates, args.pairs, args.num_requests, args.output_tokens, out, slo)
     rows = paired_rows(runs, rates, slo)
     table = rows_markdown(rows, args.num_requests)
     write_summary(out, {"experiment": "paired", "config": args.config, "rates": rates, "pairs": args.pairs,

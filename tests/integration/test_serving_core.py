@@ -19,6 +19,8 @@ import ray
 
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
+from bench.metrics import SloSpec
+from bench.paired import ROUTES, num_within_slos, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
@@ -346,6 +348,23 @@ def test_every_process_watches_its_event_loop(hybrid):
 
 
 STOP_S = 25.0  # how long the stalled prefill engine stays stopped
+
+
+def test_a_paired_run_serves_the_same_workload_on_both_routes_by_turns(hybrid, tmp_path):
+    """bench.paired on a live deployment: each pair serves the same arrivals on route colocated
+    and on route auto, writes every run, and the table counts what the records say."""
+    slo = SloSpec()
+    runs = run_pairs(hybrid, rates=[4.0], pairs=2, num_requests=6, output_tokens=4, out=tmp_path, slo=slo)
+    assert sorted(runs) == [(k, route, 4.0) for k in (0, 1) for route in sorted(ROUTES)]
+    for (k, route, _), recs in runs.items():
+        assert len(recs) == 6 and all(r.ok and len(r.token_times) == 4 for r in recs), (k, route)
+        assert (tmp_path / f"pair_{k}" / route / "rate_4" / "records.json").exists()
+    # Route colocated never leaves the engine that does both; the pair's arrivals are the same.
+    assert {(r.route, r.decode_worker) for r in runs[(0, "colocated", 4.0)]} == {("colocated", "both-0")}
+    assert [r.input_tokens for r in runs[(0, "colocated", 4.0)]] == [r.input_tokens for r in runs[(0, "auto", 4.0)]]
+    (row,) = paired_rows(runs, [4.0], slo)
+    assert row["colocated_ok"] == [num_within_slos(runs[(k, "colocated", 4.0)], slo) for k in (0, 1)]
+    assert not any(wait_until_nothing_left(hybrid)["left"].values())
 
 
 def test_a_prompt_on_a_stalled_prefill_worker_is_taken_back_and_prefilled_locally(hybrid):
