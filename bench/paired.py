@@ -16,7 +16,10 @@ chosen for each request, and each pair's ratio is taken within a few minutes.
 
 Writes DIR/pair_<k>/<route>/rate_<r>/ (records, summary) and DIR/summary.json + summary.md:
 per rate, the requests within both SLOs in each pair, the pooled goodput of each route, and
-auto's goodput over colocated's, pooled and per pair.
+auto's goodput over colocated's, pooled and per pair. Unless --no-measure, summary.json also
+holds what the simulator needs of the deployment, measured once before the pairs
+(bench.sim_fidelity.measure_deployment), so `python -m bench.paired_sim --live DIR/summary.json`
+can set the simulator's ratio beside the live one.
 """
 from __future__ import annotations
 
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--pairs", type=int, default=4, help="runs of each route at each rate")
     ap.add_argument("--out", default="results/paired")
+    ap.add_argument("--no-measure", action="store_true",
+                    help="skip measuring the deployment for the simulator (bench.paired_sim; about a minute)")
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.num_requests < 1:
         ap.error("--pairs and --num-requests must be >= 1")
@@ -145,10 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     with deploy(cfg) as dep:
         print(f"{cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
         origin: dict[str, Any] = {}
+        if not args.no_measure:
+            from bench.sim_fidelity import measure_deployment
+            origin["measured"] = measure_deployment(dep)  # what bench.paired_sim replays the pairs with
         if fixed is None:
             capacity = measure_capacity_on(dep, num_engines, args.output_tokens, out, slo)
             rates = rates_at(loads, capacity)
-            origin = {"capacity": capacity.to_dict(), "loads": loads}
+            origin.update(capacity=capacity.to_dict(), loads=loads)
             print(capacity.line() + "; rates " + ", ".join(f"{r:g}" for r in rates), file=sys.stderr, flush=True)
         else:
             rates = fixed
@@ -156,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = paired_rows(runs, rates, slo)
     table = rows_markdown(rows, args.num_requests)
     write_summary(out, {"experiment": "paired", "config": args.config, "rates": rates, "pairs": args.pairs,
-                        "num_requests": args.num_requests, **origin, "rows": rows}, table)
+                        "num_requests": args.num_requests, "output_tokens": args.output_tokens, **origin,
+                        "rows": rows}, table)
     return 0
 
 

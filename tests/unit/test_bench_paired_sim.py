@@ -1,0 +1,50 @@
+"""bench.paired_sim: a paired run replayed in the simulator on its deployment's measurements."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from bench import paired_sim as ps
+from bench.compare import load_yaml, rates_workload
+from bench.metrics import SloSpec
+from bench.paired import num_within_slos, paired_rows
+from bench.sim_fidelity import sim_config_for, simulate_system, step_model_from_calibration
+from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
+
+ADAPTIVE = load_yaml(str(ROOT / "configs/adaptive.yaml"))
+
+
+def test_route_colocated_is_the_same_workers_under_the_colocated_policy():
+    deployment = copy.deepcopy(ADAPTIVE)
+    deployment["scheduler"]["params"] = {"meeting_order": "load"}
+    configs = ps.route_configs(deployment)
+    assert configs["colocated"]["scheduler"]["policy"] == "colocated"
+    assert "params" not in configs["colocated"]["scheduler"]  # the adaptive policy's, not the route's
+    assert configs["colocated"]["workers"] == deployment["workers"]
+    assert configs["auto"] == deployment and deployment["scheduler"]["policy"] == "adaptive"
+
+
+def test_the_simulated_ratio_is_set_beside_the_live_pairs(cal, model_dir):  # noqa: F811
+    rate, n, out = 3.0, 24, 4
+    sim = {}
+    for route, cfg in ps.route_configs(ADAPTIVE).items():
+        config = sim_config_for(route, cfg, cal, model_dir)
+        sim[route] = list(simulate_system(config, route, step_model_from_calibration(cal),
+                                          rates_workload(rate, n, out)).records)
+    # A live run made of the simulator's own records: one pair, so its ratio is the simulated one.
+    live_rows = paired_rows({(0, route, rate): recs for route, recs in sim.items()}, [rate], SloSpec())
+    live = {"experiment": "paired", "rates": [rate], "num_requests": n, "output_tokens": out,
+            "measured": cal, "rows": live_rows}
+    (row,) = ps.simulated_rows(live, ADAPTIVE, model_dir)
+    assert row["colocated_ok_sim"] == num_within_slos(sim["colocated"], SloSpec()) == row["colocated_ok_live"]
+    assert row["auto_ok_sim"] == row["auto_ok_live"]
+    assert row["ratio_sim"] == pytest.approx(row["ratio_live"])
+    assert {r.route for r in sim["colocated"]} == {"colocated"}
+    assert f"| 3 | {row['colocated_ok_live']:g} / {row['colocated_ok_sim']} |" in ps.rows_markdown([row], n)
+
+
+def test_a_paired_run_without_measurements_is_refused(model_dir):  # noqa: F811
+    live = {"experiment": "paired", "rates": [1.0], "num_requests": 4, "rows": [{}]}
+    with pytest.raises(ValueError, match="without --no-measure"):
+        ps.simulated_rows(live, ADAPTIVE, model_dir)
