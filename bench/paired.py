@@ -17,8 +17,8 @@ chosen for each request, and each pair's ratio is taken within a few minutes.
 Writes DIR/pair_<k>/<route>/rate_<r>/ (records, summary) and DIR/summary.json + summary.md:
 per rate, the requests within both SLOs in each pair, the pooled goodput of each route, and
 auto's goodput over colocated's, pooled and per pair. Unless --no-measure, summary.json also
-holds what the simulator needs of the deployment, measured once before the pairs
-(bench.sim_fidelity.measure_deployment), so `python -m bench.paired_sim --live DIR/summary.json`
+holds what the simulator needs of the deployment, measured before the pairs and again after
+them (bench.sim_fidelity.measure_deployment; the two show how far the host drifted), so `python -m bench.paired_sim --live DIR/summary.json`
 can set the simulator's ratio beside the live one.
 """
 from __future__ import annotations
@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=4, help="runs of each route at each rate")
     ap.add_argument("--out", default="results/paired")
     ap.add_argument("--no-measure", action="store_true",
-                    help="skip measuring the deployment for the simulator (bench.paired_sim; about a minute)")
+                    help="skip measuring the deployment for the simulator before and after the pairs "
+                         "(bench.paired_sim; about a minute each)")
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.num_requests < 1:
         ap.error("--pairs and --num-requests must be >= 1")
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rates = fixed
         runs = run_pairs(dep, rates, args.pairs, args.num_requests, args.output_tokens, out, slo)
+        if not args.no_measure:
+            origin["measured_after"] = measure_deployment(dep)
     rows = paired_rows(runs, rates, slo)
     table = rows_markdown(rows, args.num_requests)
     write_summary(out, {"experiment": "paired", "config": args.config, "rates": rates, "pairs": args.pairs,

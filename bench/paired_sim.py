@@ -35,13 +35,19 @@ def route_configs(deployment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {"colocated": colocated, "auto": copy.deepcopy(dict(deployment))}
 
 
+MEASUREMENTS = {"before": "measured", "after": "measured_after"}  # --measurements -> summary key
+
+
 def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM) -> list[dict[str, Any]]:
+                   host_form: str = DEFAULT_HOST_FORM, measurements: str = "before") -> list[dict[str, Any]]:
     """Per live rate: each route's simulated requests within both SLOs and goodput, and the
-    simulated auto / colocated ratio beside the live pooled one and its per-pair range."""
-    if "measured" not in live:
-        raise ValueError("the paired summary holds no measurements of its deployment: run bench.paired without --no-measure")
-    cal, slo = live["measured"], SloSpec()
+    simulated auto / colocated ratio beside the live pooled one and its per-pair range.
+    `measurements`: the deployment's measurements from before the pairs or after them."""
+    key = MEASUREMENTS[measurements]
+    if key not in live:
+        raise ValueError(f"the paired summary holds no measurements of its deployment {measurements} the "
+                         "pairs: run bench.paired without --no-measure")
+    cal, slo = live[key], SloSpec()
     step_model = step_model_from_calibration(cal)
     configs = {route: sim_config_for(route, cfg, cal, model, host_form) for route, cfg in route_configs(deployment).items()}
     rows = []
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paired_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--live", required=True, help="a bench.paired summary.json")
     ap.add_argument("--host", default=DEFAULT_HOST_FORM, choices=sorted(HOST_FORMS))
+    ap.add_argument("--measurements", default="before", choices=sorted(MEASUREMENTS),
+                    help="the deployment's measurements from before the pairs or after them")
     ap.add_argument("--out", help="write the rows as JSON here, and the table beside it as .md")
     args = ap.parse_args(argv)
     live_path = Path(args.live)
@@ -96,13 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     if live.get("experiment") != "paired":
         ap.error(f"{live_path} is not a bench.paired summary")
     try:
-        rows = simulated_rows(live, load_yaml(live["config"]), _default_model_dir(), args.host)
+        rows = simulated_rows(live, load_yaml(live["config"]), _default_model_dir(), args.host, args.measurements)
     except ValueError as err:
         ap.error(str(err))
     table = rows_markdown(rows, int(live["num_requests"]))
     print(table)
     if args.out:
-        write_json(args.out, {"live": str(live_path), "host_form": args.host, "rows": rows})
+        write_json(args.out, {"live": str(live_path), "host_form": args.host,
+                              "measurements": args.measurements, "rows": rows})
         write_markdown(Path(args.out).with_suffix(".md"), table)
     return 0
 

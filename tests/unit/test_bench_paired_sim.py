@@ -46,5 +46,8 @@ def test_the_simulated_ratio_is_set_beside_the_live_pairs(cal, model_dir):  # no
 
 def test_a_paired_run_without_measurements_is_refused(model_dir):  # noqa: F811
     live = {"experiment": "paired", "rates": [1.0], "num_requests": 4, "rows": [{}]}
-    with pytest.raises(ValueError, match="without --no-measure"):
+    with pytest.raises(ValueError, match="before the pairs: run bench.paired without --no-measure"):
         ps.simulated_rows(live, ADAPTIVE, model_dir)
+    # A run measured before its pairs only (as the first paired runs were) has no 'after'.
+    with pytest.raises(ValueError, match="after the pairs"):
+        ps.simulated_rows({**live, "measured": {}}, ADAPTIVE, model_dir, measurements="after")
