@@ -191,16 +191,21 @@ def present_baselines(systems: dict[str, str]) -> tuple[str, ...]:
     return tuple(label for label in RATES_BASELINES if label in systems)
 
 
+def capacity_workload(cfg: dict, output_tokens: int) -> tuple[Workload, int]:
+    """The closed loop that measures a deployment's capacity on the rates experiment's mix:
+    CONCURRENCY_PER_ENGINE requests in flight per engine of `cfg` (bench/capacity.py)."""
+    concurrency = CONCURRENCY_PER_ENGINE * sum(int(w.get("count", 1)) for w in cfg["workers"].values())
+    wl = make_workload("bucket_mix", num_requests=REQUESTS_PER_SLOT * concurrency, concurrency=concurrency,
+                       seed=RATES_SEED + 1000, output_tokens=output_tokens, buckets=RATES_BUCKETS)
+    return replace(wl, name="capacity"), concurrency
+
+
 def measure_capacity(args: argparse.Namespace, slo: SloSpec) -> Capacity:
     """The colocated baseline's capacity for the rates experiment's request mix, from its own
     deployment: a closed loop of CONCURRENCY_PER_ENGINE requests per engine (bench/capacity.py)."""
     label = RATES_BASELINES[0]
     cfg = rates_systems()[label]
-    engines = sum(int(w.get("count", 1)) for w in cfg["workers"].values())
-    concurrency = CONCURRENCY_PER_ENGINE * engines
-    wl = make_workload("bucket_mix", num_requests=REQUESTS_PER_SLOT * concurrency, concurrency=concurrency,
-                       seed=RATES_SEED + 1000, output_tokens=args.output_tokens, buckets=RATES_BUCKETS)
-    wl = replace(wl, name="capacity")
+    wl, concurrency = capacity_workload(cfg, args.output_tokens)
     print(f"measuring the capacity of {label}: closed loop of {concurrency}, {wl.num_requests} requests",
           file=sys.stderr, flush=True)
     records = run_config(cfg, [wl], slo, salt_base=10_000)["capacity"]

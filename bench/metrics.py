@@ -198,9 +198,14 @@ def summarize(records: Sequence[RequestRecord], slo: SloSpec | None = None,
     return summary
 
 
+def num_within_slos(records: Iterable[RequestRecord], slo: SloSpec) -> int:
+    """Requests served within both their TTFT and their TPOT SLO (goodput's numerator)."""
+    return sum(1 for r in records if slo.meets(r))
+
+
 def _summary_of(records: Sequence[RequestRecord], slo: SloSpec, duration_s: float) -> dict[str, Any]:
     served = [r for r in records if r.ok and r.finish_s is not None]
-    num_good = sum(1 for r in served if slo.meets(r))
+    num_good = num_within_slos(served, slo)
     output_tokens = sum(r.output_tokens for r in served)
     routes: dict[str, int] = {}
     for r in records:

@@ -18,8 +18,9 @@ Writes DIR/pair_<k>/<route>/rate_<r>/ (records, summary) and DIR/summary.json + 
 per rate, the requests within both SLOs in each pair, the pooled goodput of each route, and
 auto's goodput over colocated's, pooled and per pair. Unless --no-measure, summary.json also
 holds what the simulator needs of the deployment, measured before the pairs and again after
-them (bench.sim_fidelity.measure_deployment; the two show how far the host drifted), so `python -m bench.paired_sim --live DIR/summary.json`
-can set the simulator's ratio beside the live one.
+them (bench.sim_fidelity.measure_deployment; the two show how far the host drifted), so
+`python -m bench.paired_sim --live DIR/summary.json` can set the simulator's ratio beside the
+live one.
 """
 from __future__ import annotations
 
@@ -30,12 +31,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.capacity import CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, parse_loads, rates_at, steady_capacity
-from bench.compare import RATES_BUCKETS, RATES_SEED, load_yaml, rates_workload
-from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize, write_summary
+from bench.capacity import parse_loads, rates_at, steady_capacity
+from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload, load_yaml, rates_workload
+from bench.metrics import RequestRecord, SloSpec, num_within_slos, run_duration_s, summarize, write_summary
 from bench.run import run_workload, write_run
 from bench.simulate import parse_rates
-from bench.workloads import make_workload
 
 ROUTES = ("colocated", "auto")  # the baseline first: its goodput is the ratios' denominator
 
@@ -43,12 +43,6 @@ ROUTES = ("colocated", "auto")  # the baseline first: its goodput is the ratios'
 def route_order(pair: int) -> tuple[str, str]:
     """Which route runs first alternates with the pair, so neither always meets the host second."""
     return ROUTES if pair % 2 == 0 else ROUTES[::-1]
-
-
-def num_within_slos(records: Sequence[RequestRecord], slo: SloSpec) -> int:
-    """Requests that completed and met both their TTFT and their TPOT SLO (goodput's numerator)."""
-    summary = summarize(records, slo)
-    return round((summary["slo_attainment"] or 0.0) * summary["num_requests"])
 
 
 def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: Sequence[float],
@@ -87,13 +81,10 @@ def rows_markdown(rows: Sequence[dict[str, Any]], num_requests: int) -> str:
     return "\n".join(lines)
 
 
-def measure_capacity_on(dep: Any, num_engines: int, output_tokens: int, out: Path, slo: SloSpec):
-    """The deployment's capacity on route "colocated" (bench.capacity: a closed loop of
-    CONCURRENCY_PER_ENGINE per engine), on the rates experiment's mix."""
-    concurrency = CONCURRENCY_PER_ENGINE * num_engines
-    wl = make_workload("bucket_mix", num_requests=REQUESTS_PER_SLOT * concurrency, concurrency=concurrency,
-                       seed=RATES_SEED + 1000, output_tokens=output_tokens, buckets=RATES_BUCKETS)
-    records = run_workload(dep.stream, replace(wl, name="capacity"), dep.vocab_size, "colocated", salt=1)
+def measure_capacity_on(dep: Any, cfg: dict, output_tokens: int, out: Path, slo: SloSpec):
+    """The deployment's capacity on route "colocated" (bench.compare.capacity_workload)."""
+    wl, concurrency = capacity_workload(cfg, output_tokens)
+    records = run_workload(dep.stream, wl, dep.vocab_size, "colocated", salt=1)
     write_run(out / "capacity", "colocated capacity", records, slo)
     return steady_capacity(records, concurrency, "colocated")
 
@@ -127,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                          "route colocated on this deployment")
     ap.add_argument("--loads", default="0.9,1.1")
     ap.add_argument("--num-requests", type=int, default=240)
-    ap.add_argument("--output-tokens", type=int, default=32)
+    ap.add_argument("--output-tokens", type=int, default=DEFAULT_OUTPUT_TOKENS)
     ap.add_argument("--pairs", type=int, default=4, help="runs of each route at each rate")
     ap.add_argument("--out", default="results/paired")
     ap.add_argument("--no-measure", action="store_true",
@@ -142,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         ap.error(str(err))
     cfg = load_yaml(args.config)
-    num_engines = sum(int(w.get("count", 1)) for w in cfg["workers"].values())
     slo, out = SloSpec(), Path(args.out)
 
     from pd_serve import deploy
@@ -155,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench.sim_fidelity import measure_deployment
             origin["measured"] = measure_deployment(dep)  # what bench.paired_sim replays the pairs with
         if fixed is None:
-            capacity = measure_capacity_on(dep, num_engines, args.output_tokens, out, slo)
+            capacity = measure_capacity_on(dep, cfg, args.output_tokens, out, slo)
             rates = rates_at(loads, capacity)
             origin.update(capacity=capacity.to_dict(), loads=loads)
             print(capacity.line() + "; rates " + ", ".join(f"{r:g}" for r in rates), file=sys.stderr, flush=True)

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from bench.compare import load_yaml, rates_workload
-from bench.metrics import SloSpec, summarize, write_json, write_markdown
-from bench.paired import ROUTES, num_within_slos
+from bench.compare import DEFAULT_OUTPUT_TOKENS, load_yaml, rates_workload
+from bench.metrics import SloSpec, num_within_slos, summarize, write_json, write_markdown
+from bench.paired import ROUTES
 from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for,
                                 simulate_system, step_model_from_calibration)
 
@@ -52,7 +52,7 @@ def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model
     configs = {route: sim_config_for(route, cfg, cal, model, host_form) for route, cfg in route_configs(deployment).items()}
     rows = []
     for rate, live_row in zip(live["rates"], live["rows"]):
-        workload = rates_workload(rate, int(live["num_requests"]), int(live.get("output_tokens", 32)))
+        workload = rates_workload(rate, int(live["num_requests"]), int(live.get("output_tokens", DEFAULT_OUTPUT_TOKENS)))
         row: dict[str, Any] = {"rate": rate}
         for route in ROUTES:
             records = list(simulate_system(configs[route], route, step_model, workload).records)

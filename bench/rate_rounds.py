@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
+from bench.metrics import RequestRecord, SloSpec, num_within_slos, run_duration_s, summarize
 
 # records per round: system label -> workload name ("rate=<r>") -> that run's records
 RoundRecords = Mapping[str, Mapping[str, Sequence[RequestRecord]]]
@@ -61,7 +61,7 @@ def pool_rounds(rounds: Sequence[RoundRecords], rates: Sequence[float], slo: Slo
             runs = [rnd[label][key] for rnd in rounds]
             records = [r for run in runs for r in run]
             summaries[label][key] = summarize(records, slo, duration_s=sum(run_duration_s(run) for run in runs))
-            counts[label][key] = [sum(1 for r in run if r.ok and slo.meets(r)) for run in runs]
+            counts[label][key] = [num_within_slos(run, slo) for run in runs]
 
     def columns(s: str, key: str, sm: Mapping[str, Any]) -> dict[str, Any]:
         return {"met_slo_per_round": " / ".join(str(n) for n in counts[s][key]),

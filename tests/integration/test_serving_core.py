@@ -20,7 +20,8 @@ import ray
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.metrics import SloSpec
-from bench.paired import ROUTES, num_within_slos, paired_rows, run_pairs
+from bench.metrics import num_within_slos
+from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path

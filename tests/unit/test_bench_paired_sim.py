@@ -8,7 +8,8 @@ import pytest
 from bench import paired_sim as ps
 from bench.compare import load_yaml, rates_workload
 from bench.metrics import SloSpec
-from bench.paired import num_within_slos, paired_rows
+from bench.metrics import num_within_slos
+from bench.paired import paired_rows
 from bench.sim_fidelity import sim_config_for, simulate_system, step_model_from_calibration
 from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
 
