@@ -37,6 +37,7 @@ import yaml
 
 from bench.capacity import (CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, Capacity, parse_loads, rates_at,
                             steady_capacity)
+from bench.host_speed import HostSpeedProbe
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown, write_summary)
 from bench.rate_rounds import comparison_rows, pool_rounds, rotated
@@ -45,6 +46,7 @@ from bench.simulate import parse_rates
 from bench.workloads import Workload, make_workload, mixed_batch, uniform_batch
 from pd_serve.gc_pauses import GcPauses
 
+HOST_SPEED_FILE = "host_speed.jsonl"  # the host's speed through the run (bench.host_speed), in --out
 SEED_CHUNK_TABLE = {  # max_num_batched_tokens: (long TTFT ms, short p99 TTFT ms, throughput %)
     4096: (320, 720, 100), 2048: (580, 420, 96), 1024: (1050, 240, 91), 512: (2100, 160, 84)}
 SEED_MIXED = {"uniform": {"mean": 95, "p50": 90, "p99": 130}, "mixed": {"mean": 380, "p50": 310, "p99": 760}}
@@ -277,7 +279,8 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
         client = GcPauses()
 
         def ready(dep: Any, label: str = label, client: GcPauses = client) -> None:
-            measured[label] = measure_deployment(dep)
+            t0 = time.time()  # the host probe's clock (bench.host_speed)
+            measured[label] = {**measure_deployment(dep), "window_s": [t0, time.time()]}
             client.install()
 
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
@@ -412,8 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     slo = SloSpec()
     from pd_serve.deployment import init_ray
     init_ray()  # one Ray for every deployment of the run: each deploy() then only adds actors
-    result = EXPERIMENTS[args.experiment](args, slo)
     out = Path(args.out)
+    with HostSpeedProbe(out / HOST_SPEED_FILE):
+        result = EXPERIMENTS[args.experiment](args, slo)
+    result["host_speed"] = HOST_SPEED_FILE
     table = rows_markdown(result["rows"])
     if "capacity" in result:
         table = f"{Capacity(**result['capacity']).line()}; loads {result['loads']}\n\n{table}"

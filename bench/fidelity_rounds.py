@@ -33,6 +33,8 @@ from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
 from bench.pooled_measurements import MEASUREMENTS, hardware_measurements_for, pooled_measurements
+from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
+from bench.host_speed import read_samples
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
 from pd_serve.report import format_table
 
@@ -64,12 +66,16 @@ def count_ok(live: Mapping[Key, Mapping[str, Any]], other: Mapping[Key, Mapping[
 def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model: str, host_form: str,
                          tolerance: float = TOLERANCE, progress: bool = True,
                          systems: Mapping[str, str] = RATES_SYSTEMS,
-                         measurements: str = "own") -> dict[str, Any]:
+                         measurements: str = "own", speed: str = "none") -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
     (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
     with what its deployment measured before its run, or "pooled", every round of a system with
     the median over all its rounds' measurements, or "hardware", the step model pooled over every
-    system and round and the rest over the systems of the same workers (`bench.pooled_measurements`)."""
+    system and round and the rest over the systems of the same workers (`bench.pooled_measurements`).
+    `speed`: "probe" scales each run's measurements by the host's slowdown during it against
+    during them (`bench.speed_scaled`; the sweep's `host_speed` samples), "none" leaves them."""
+    if speed not in SPEED_FORMS:
+        raise ValueError(f"speed must be one of {SPEED_FORMS}, got {speed!r}")
     if measurements not in MEASUREMENTS:
         raise ValueError(f"measurements must be one of {MEASUREMENTS}, got {measurements!r}")
     top = json.loads(rounds_path.read_text())
@@ -85,6 +91,9 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         per_round = [pooled_measurements(measured)] * len(measured)
     elif measurements == "hardware":
         per_round = hardware_measurements_for(measured, systems)
+    slowdowns_by_round: list[dict[Key, float]] | None = None
+    if speed != "none":
+        slowdowns_by_round = round_slowdowns(rounds_path, top, summaries, systems, measurements, speed)
     live_runs: list[dict[Key, list[RequestRecord]]] = []
     sim_runs: list[dict[Key, list[RequestRecord]]] = []
     own_rows: list[list[dict[str, Any]]] = []
@@ -96,7 +105,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
             print(f"{name}:", file=sys.stderr, flush=True)
         sim: dict[Key, list[RequestRecord]] = {}
         own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
-                                     progress=progress, host_form=host_form, sim_records=sim))
+                                     progress=progress, host_form=host_form, sim_records=sim,
+                                     speed=None if slowdowns_by_round is None else slowdowns_by_round[k]))
         sim_runs.append(sim)
         live_runs.append({key: live_records(round_dir, *key) for key in sim})
     keys = [key for key in sim_runs[0] if all(key in run for run in sim_runs)]
@@ -123,12 +133,29 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          "sim_vs_own_live_ok": own_ok,
                          "per_metric": _per_metric(rest, live_k, sim_k, tolerance)})
     return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form,
-            "measurements": measurements,
+            "measurements": measurements, "speed": speed,
+            "host_slowdowns": None if slowdowns_by_round is None else
+            [[[label, rate, f] for (label, rate), f in r.items()] for r in slowdowns_by_round],
             "pooled_rows": pooled_rows, "held_out": held_out,
             "pooled_within_tolerance": sum(m["ok"] for r in pooled_rows for m in r["metrics"].values()),
             "pooled_checks": sum(len(r["metrics"]) for r in pooled_rows),
             "pooled_spread": spread_counts(pooled_rows),
             "round_rows": own_rows}
+
+
+def round_slowdowns(rounds_path: Path, top: Mapping[str, Any], summaries: Sequence[Mapping[str, Any]],
+                    systems: Mapping[str, str], measurements: str, speed: str) -> list[dict[Key, float]]:
+    """Per round, (system, rate) -> the host's slowdown during that live run (bench.speed_scaled),
+    from the sweep's host probe and the runs' own start and end."""
+    if not top.get("host_speed"):
+        raise ValueError(f"{rounds_path}: the sweep ran without the host probe (bench.compare runs it "
+                         f"since run 59); simulate it with --speed none")
+    samples = read_samples(rounds_path.parent / top["host_speed"])
+    measured = [live.get("measured") or {} for live in summaries]
+    runs = [{(label, rate): run_window(live_records(rounds_path.parent / name, label, rate))
+             for label in systems if label in live["summaries"] for rate in live["rates"]}
+            for name, live in zip(top["round_dirs"], summaries)]
+    return sweep_slowdowns(samples, measured, runs, measurements, speed)
 
 
 def _per_metric(rest: Mapping[Key, Mapping[str, Any]], live_k: Mapping[Key, Mapping[str, Any]],

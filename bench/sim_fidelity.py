@@ -70,6 +70,7 @@ from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import DEFAULT_MEASUREMENTS, MEASUREMENTS, hardware_measurements_for
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
+from bench.speed_scaled import SPEED_FORMS, scaled_calibration
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
@@ -534,11 +535,14 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True,
                  host_form: str = DEFAULT_HOST_FORM,
-                 sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None) -> list[dict[str, Any]]:
+                 sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
+                 speed: Mapping[tuple[str, float], float] | None = None) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
     `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
-    when given, receives each (system, rate)'s simulated records."""
+    when given, receives each (system, rate)'s simulated records. `speed`, when given: (system,
+    rate) -> the host's slowdown during that run, by which its measured times are scaled
+    (`bench.speed_scaled`)."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -548,11 +552,14 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         system_cal = calibration_for(live, label, cal)
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
-        step_model = step_model_from_calibration(system_cal)
-        config = sim_config_for(label, yaml.safe_load(Path(path).read_text()), system_cal, model, host_form)
+        deployment = yaml.safe_load(Path(path).read_text())
         t0 = time.perf_counter()
         for rate in live["rates"]:
             key = f"rate={rate:g}"
+            factor = (speed or {}).get((label, rate))
+            rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
+            step_model = step_model_from_calibration(rate_cal)
+            config = sim_config_for(label, deployment, rate_cal, model, host_form)
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)
@@ -577,6 +584,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
                          "calibration_measured_with_live_run": label in (live.get("measured") or {}),
+                         "host_slowdown": factor,
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
                          "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
                          "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))},
@@ -584,7 +592,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                                           "sim": quiet_excess_by_batch(result.records, decode_step_s)}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
-                print(f"  {label} @ {rate:g} req/s: {errs}; routes live {live_summary.get('routes')} "
+                slower = "" if factor is None else f"host x{factor:.2f}; "
+                print(f"  {label} @ {rate:g} req/s: {slower}{errs}; routes live {live_summary.get('routes')} "
                       f"sim {_routes(result.records)}", file=sys.stderr, flush=True)
         if progress:
             print(f"{label}: simulated {len(live['rates'])} rates in {time.perf_counter() - t0:.1f}s",
@@ -647,12 +656,15 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
                   f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
             return 2
     result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
-                                  systems=systems_of(live), measurements=args.measurements)
+                                  systems=systems_of(live), measurements=args.measurements, speed=args.speed)
     n_rounds = len(result["rounds"])
     with_what = {"own": "its own measurements",
                  "pooled": "the median of the system's measurements over all rounds",
                  "hardware": "the step model's median over every system and round, and the other "
                              "measurements' over the rounds of the systems with the same workers"}[args.measurements]
+    if args.speed != "none":
+        against = "its measurements" if args.speed == "probe" else "the sweep's runs"
+        with_what += f", scaled by the host's slowdown during the run against {against} (bench.host_speed)"
     print(f"\nSimulator vs live CPU runs, {n_rounds} rounds pooled ({live_path}); each round simulated "
           f"with {with_what}; error = |sim - live| / live, * = over {args.tolerance:.0%}\n")
     print(fidelity_table(result["pooled_rows"], args.tolerance))
@@ -718,6 +730,11 @@ def main(argv: list[str] | None = None) -> int:
                          "all its rounds measured (pooled), or with the step model's median over "
                          "every system and round and the other figures' over the systems of the "
                          "same workers (hardware, the default); bench.pooled_measurements")
+    ap.add_argument("--speed", choices=SPEED_FORMS, default="none",
+                    help="a --rounds sweep run with the host probe (bench.compare since run 59): scale "
+                         "each run's measured times by how much slower the host's kernel ran during it "
+                         "than during the measurements (probe) or than over all the sweep's runs "
+                         "(probe-runs), or not (none, the default); bench.speed_scaled")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
@@ -727,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if live.get("experiment") == "rates-rounds":
         return _main_rounds(live_path, live, args)
+    if args.speed != "none":
+        print("bench.sim_fidelity: --speed needs a --rounds sweep's summary", file=sys.stderr)
+        return 2
     if live.get("experiment") != "rates":
         print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
               file=sys.stderr)

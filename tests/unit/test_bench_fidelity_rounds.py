@@ -159,3 +159,24 @@ def test_one_rounds_summary_takes_the_hardware_pool_over_its_systems(tmp_path, c
     assert hw_ttft["sim"] == pytest.approx(rows["hardware"]["colocated"]["metrics"]["p50_ttft_s"]["sim"], rel=0.2)
     assert sf.main(["--live", str(one), "--measurements", "pooled", "--out", str(tmp_path / "x.json")]) == 2
     assert "needs a --rounds sweep" in capsys.readouterr().err
+
+
+def test_the_host_probe_scales_the_measurements_to_the_runs_slower_host(tmp_path, cal, model_dir):
+    # The live runs ran on a host twice as slow as when the deployment was measured, and the
+    # probe saw its kernel take 2 ms during the runs against 1 ms during the measurements.
+    from bench.speed_scaled import scaled_calibration
+
+    measured = {**cal, "window_s": [-200.0, -150.0]}
+    top = write_rounds(tmp_path, scaled_calibration(cal, 2.0), model_dir, [0.0, 0.0], measured=[measured] * 2)
+    (tmp_path / "host_speed.jsonl").write_text("".join(
+        json.dumps({"t": t, "py_ms": ms / 2, "mm_ms": ms / 2}) + "\n"
+        for t, ms in [*((-200.0 + i, 1.0) for i in range(50)), *((i / 10, 2.0) for i in range(-50, 600))]))
+    summary = json.loads(top.read_text())
+    with pytest.raises(ValueError, match="without the host probe"):
+        fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS, speed="probe")
+    top.write_text(json.dumps({**summary, "host_speed": "host_speed.jsonl"}))
+    plain = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    assert not plain["pooled_rows"][0]["metrics"]["mean_tpot_s"]["ok"]  # half the live TPOT
+    probed = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS, speed="probe")
+    assert probed["pooled_within_tolerance"] == probed["pooled_checks"] == 3
+    assert [f for r in probed["host_slowdowns"] for _, _, f in r] == [pytest.approx(2.0)] * 2
