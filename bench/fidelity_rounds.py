@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
-from bench.metrics import RequestRecord, SloSpec, run_duration_s, summarize
+from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from bench.pooled_measurements import MEASUREMENTS, hardware_measurements_for, pooled_measurements
 from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
 from bench.host_speed import read_samples
@@ -47,12 +47,6 @@ def live_records(round_dir: Path, label: str, rate: float) -> list[RequestRecord
     if not path.is_file():
         raise FileNotFoundError(f"{path}: the round's records are missing; pooling needs every run's records")
     return [RequestRecord.from_dict(d) for d in json.loads(path.read_text())]
-
-
-def pooled_summary(runs: Sequence[Sequence[RequestRecord]], slo: SloSpec) -> dict[str, Any]:
-    """The runs' records summarized together, over their summed durations (as bench.rate_rounds)."""
-    records = [r for run in runs for r in run]
-    return summarize(records, slo, duration_s=sum(run_duration_s(run) for run in runs))
 
 
 def count_ok(live: Mapping[Key, Mapping[str, Any]], other: Mapping[Key, Mapping[str, Any]],

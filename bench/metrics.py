@@ -177,6 +177,12 @@ def run_duration_s(records: Sequence[RequestRecord]) -> float:
     return max(finishes) - min(r.arrival_s for r in records)
 
 
+def pooled_summary(runs: Sequence[Sequence[RequestRecord]], slo: SloSpec | None = None) -> dict[str, Any]:
+    """Several runs of one workload summarized together: their records pooled, rates over the
+    runs' summed durations (the gaps between runs are no one's serving time)."""
+    return summarize([r for run in runs for r in run], slo, duration_s=sum(run_duration_s(run) for run in runs))
+
+
 def summarize(records: Sequence[RequestRecord], slo: SloSpec | None = None,
               duration_s: float | None = None) -> dict[str, Any]:
     """Latency distributions, throughput and goodput, overall and per bucket (see module docstring).

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from bench.capacity import parse_loads, rates_at, steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload, load_yaml, rates_workload
-from bench.metrics import RequestRecord, SloSpec, num_within_slos, run_duration_s, summarize, write_summary
+from bench.metrics import RequestRecord, SloSpec, num_within_slos, pooled_summary, write_summary
 from bench.run import run_workload, write_run
 from bench.simulate import parse_rates
 
@@ -56,9 +56,7 @@ def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: 
         for route in ROUTES:
             per_pair = [runs[(k, route, rate)] for k in pairs]
             row[f"{route}_ok"] = [num_within_slos(recs, slo) for recs in per_pair]
-            pooled = [r for recs in per_pair for r in recs]
-            row[f"{route}_goodput_rps"] = summarize(
-                pooled, slo, duration_s=sum(run_duration_s(recs) for recs in per_pair))["goodput_rps"] or 0.0
+            row[f"{route}_goodput_rps"] = pooled_summary(per_pair, slo)["goodput_rps"] or 0.0
         base = row["colocated_goodput_rps"]
         row["auto_vs_colocated"] = row["auto_goodput_rps"] / base if base else None
         row["pair_ratios"] = [a / c if c else None for a, c in zip(row["auto_ok"], row["colocated_ok"])]

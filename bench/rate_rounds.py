@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from bench.metrics import RequestRecord, SloSpec, num_within_slos, run_duration_s, summarize
+from bench.metrics import RequestRecord, SloSpec, num_within_slos, pooled_summary
 
 # records per round: system label -> workload name ("rate=<r>") -> that run's records
 RoundRecords = Mapping[str, Mapping[str, Sequence[RequestRecord]]]
@@ -59,8 +59,7 @@ def pool_rounds(rounds: Sequence[RoundRecords], rates: Sequence[float], slo: Slo
         for rate in rates:
             key = f"rate={rate:g}"
             runs = [rnd[label][key] for rnd in rounds]
-            records = [r for run in runs for r in run]
-            summaries[label][key] = summarize(records, slo, duration_s=sum(run_duration_s(run) for run in runs))
+            summaries[label][key] = pooled_summary(runs, slo)
             counts[label][key] = [num_within_slos(run, slo) for run in runs]
 
     def columns(s: str, key: str, sm: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench import sim_fidelity as sf
-from bench.fidelity_rounds import count_ok, fidelity_over_rounds, held_out_table, pooled_summary
-from bench.metrics import RequestRecord, SloSpec, summarize
+from bench.fidelity_rounds import count_ok, fidelity_over_rounds, held_out_table
+from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
 
 SYSTEMS = {"colocated": str(ROOT / "configs/colocated.yaml")}
