@@ -22,8 +22,13 @@ from bench.metrics import RequestRecord
 # Requests in flight per engine while measuring: enough that every engine always has prompts to
 # prefill and a batch to decode, as vLLM's maximum-throughput runs do.
 CONCURRENCY_PER_ENGINE = 4
-# Requests per engine slot: the steady part then spans at least 3 x concurrency completions.
-REQUESTS_PER_SLOT = 4
+# Requests per engine slot: the steady part then spans at least 15 x concurrency completions.
+# It was 4 (32 requests on two engines, a 3-4 s steady part) until run 60: the bucket mix's 5%
+# of 3,000-4,000-token prompts come 1 or 2 to such a loop, and the simulator, serving eight draws
+# of the mix on run 59's measurements, put the capacity at 5.19-9.39 req/s with 32 requests
+# (coefficient of variation 0.18) and at 5.47-7.41 with 128 (0.08). A longer loop also averages
+# the host's drift over 15-25 s instead of 3-4 s.
+REQUESTS_PER_SLOT = 16
 
 
 @dataclass(frozen=True)
