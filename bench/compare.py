@@ -193,12 +193,15 @@ def present_baselines(systems: dict[str, str]) -> tuple[str, ...]:
     return tuple(label for label in RATES_BASELINES if label in systems)
 
 
-def capacity_workload(cfg: dict, output_tokens: int) -> tuple[Workload, int]:
+def capacity_workload(cfg: dict, output_tokens: int, num_requests: int | None = None,
+                      seed_offset: int = 0) -> tuple[Workload, int]:
     """The closed loop that measures a deployment's capacity on the rates experiment's mix:
-    CONCURRENCY_PER_ENGINE requests in flight per engine of `cfg` (bench/capacity.py)."""
+    CONCURRENCY_PER_ENGINE requests in flight per engine of `cfg` (bench/capacity.py), and
+    REQUESTS_PER_SLOT requests per slot unless `num_requests` says; `seed_offset` draws another mix."""
     concurrency = CONCURRENCY_PER_ENGINE * sum(int(w.get("count", 1)) for w in cfg["workers"].values())
-    wl = make_workload("bucket_mix", num_requests=REQUESTS_PER_SLOT * concurrency, concurrency=concurrency,
-                       seed=RATES_SEED + 1000, output_tokens=output_tokens, buckets=RATES_BUCKETS)
+    wl = make_workload("bucket_mix", num_requests=num_requests or REQUESTS_PER_SLOT * concurrency,
+                       concurrency=concurrency, seed=RATES_SEED + 1000 + seed_offset,
+                       output_tokens=output_tokens, buckets=RATES_BUCKETS)
     return replace(wl, name="capacity"), concurrency
 
 

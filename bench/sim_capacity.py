@@ -1,0 +1,105 @@
+"""The simulator's capacity for a live sweep's deployments, beside the capacity measured live.
+
+    python -m bench.sim_capacity --live DIR/summary.json [--measurements hardware|own] [--seeds 1]
+
+`bench.compare --rates auto` sets its rates from the colocated deployment's capacity, measured
+live by a closed loop (bench.capacity). Past that capacity a queue that drains and one that
+does not are a few percent apart, so the first thing to ask of the simulator's figures at high
+load is whether it puts the capacity where the live loop did. This serves the same closed loop
+(same mix and seed; `--seeds N` adds N - 1 further draws of the mix, to show how much the draw
+alone moves it) in the simulator, for every system of the sweep and every round, with the
+measurements `bench.sim_fidelity` would use, and prints each capacity. Nothing is fitted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from bench.capacity import steady_capacity
+from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
+from bench.pooled_measurements import hardware_measurements_for
+from bench.sim_fidelity import _default_model_dir, sim_config_for, simulate_system, step_model_from_calibration, systems_of
+from pd_serve.report import format_table
+
+FORMS = ("hardware", "own")
+
+
+def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: str) -> list[dict[str, Any]]:
+    """Per round (one for a single sweep), label -> the record the simulator uses."""
+    names = live.get("round_dirs")
+    summaries = [json.loads((live_path.parent / n / "summary.json").read_text()) for n in names] if names else [live]
+    measured = [s.get("measured") or {} for s in summaries]
+    if not any(measured):
+        raise ValueError(f"{live_path}: the sweep recorded no measurements of its deployments")
+    if measurements == "own":
+        return measured
+    if measurements == "hardware":
+        return hardware_measurements_for(measured, systems_of(live))
+    raise ValueError(f"measurements must be one of {FORMS}, got {measurements!r}")
+
+
+def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
+                       output_tokens: int, num_requests: int | None = None, seed_offset: int = 0) -> float:
+    """Req/s of `deployment`'s closed loop (bench.compare.capacity_workload) simulated on `cal`."""
+    wl, concurrency = capacity_workload(dict(deployment), output_tokens, num_requests, seed_offset)
+    config = sim_config_for(label, deployment, cal, model)
+    records = simulate_system(config, label, step_model_from_calibration(cal), wl).records
+    return steady_capacity(records, concurrency, label).rps
+
+
+def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 1,
+                  model: str | None = None) -> list[list[str]]:
+    """One row per system and round: the simulated capacity per draw of the mix."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    live = json.loads(live_path.read_text())
+    model = model or _default_model_dir()
+    output_tokens = DEFAULT_OUTPUT_TOKENS
+    # The live loop's length (32 requests before run 61, 128 since), where the sweep measured one.
+    num_requests = (live.get("capacity") or {}).get("num_requests")
+    rows = []
+    per_round = round_measurements(live_path, live, measurements)
+    if measurements == "hardware":  # one pool for every round
+        per_round = per_round[:1]
+    for k, records in enumerate(per_round):
+        for label, path in systems_of(live).items():
+            if label not in records:
+                continue
+            deployment = yaml.safe_load(Path(path).read_text())
+            caps = [simulated_capacity(label, deployment, records[label], model, output_tokens, num_requests, s)
+                    for s in range(seeds)]
+            spread = "" if seeds == 1 else f"{min(caps):.2f}-{max(caps):.2f} (median {statistics.median(caps):.2f})"
+            rows.append([label, "all, pooled" if measurements == "hardware" else str(k), f"{caps[0]:.2f}", spread])
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.sim_capacity", description=__doc__.splitlines()[0])
+    ap.add_argument("--live", required=True, help="a bench.compare rates summary.json (one round or --rounds)")
+    ap.add_argument("--measurements", choices=FORMS, default="hardware",
+                    help="the measurements pooled as bench.sim_fidelity pools them (hardware), or each round's own")
+    ap.add_argument("--seeds", type=int, default=1, help="draws of the mix: the first is the live loop's")
+    args = ap.parse_args(argv)
+    live_path = Path(args.live)
+    live = json.loads(live_path.read_text())
+    try:
+        rows = capacity_rows(live_path, args.measurements, args.seeds)
+    except ValueError as err:
+        print(f"bench.sim_capacity: {err}", file=sys.stderr)
+        return 2
+    cap = live.get("capacity")
+    print("live: " + (f"{cap['system']} {cap['rps']:.2f} req/s (closed loop of {cap['concurrency']}, "
+                      f"{cap['num_requests']} requests, steady part {cap['steady_s']:.1f} s)"
+                      if cap else "the sweep's rates were given, not measured"))
+    print(format_table(["system", "round", "simulated req/s, the live loop's draw", f"over {args.seeds} draws"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
