@@ -261,12 +261,18 @@ def exp_rates(args: argparse.Namespace, slo: SloSpec) -> dict:
     return {**pooled, "round_dirs": [f"round_{k}" for k in range(args.rounds)], **origin}
 
 
+def measured_now(dep: Any) -> dict[str, Any]:
+    """What the simulator needs of a live deployment (bench.sim_fidelity.measure_deployment),
+    with the window it was measured in (wall clock, the host probe's: bench.speed_scaled)."""
+    from bench.sim_fidelity import measure_deployment  # it imports this module's rates experiment
+    t0 = time.time()
+    return {**measure_deployment(dep), "window_s": [t0, time.time()]}
+
+
 def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out: Path, first: int = 0,
                 salt_base: int = 0) -> tuple[dict, dict[str, dict[str, list]]]:
     """Every rates system deployed in turn, from the `first`-th on (rotated), serving each rate.
     Returns the sweep's summary and its records (system -> workload name -> records)."""
-    from bench.sim_fidelity import measure_deployment  # it imports this module's rates experiment
-
     systems = rates_systems(args.systems)
     workloads = [rates_workload(r, args.num_requests, args.output_tokens) for r in rates]
     workloads = [replace(wl, name=f"rate={r:g}") for wl, r in zip(workloads, rates)]
@@ -282,8 +288,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
         client = GcPauses()
 
         def ready(dep: Any, label: str = label, client: GcPauses = client) -> None:
-            t0 = time.time()  # the host probe's clock (bench.host_speed)
-            measured[label] = {**measure_deployment(dep), "window_s": [t0, time.time()]}
+            measured[label] = measured_now(dep)
             client.install()
 
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:

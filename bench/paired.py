@@ -20,7 +20,10 @@ auto's goodput over colocated's, pooled and per pair. Unless --no-measure, summa
 holds what the simulator needs of the deployment, measured before the pairs and again after
 them (bench.sim_fidelity.measure_deployment; the two show how far the host drifted), so
 `python -m bench.paired_sim --live DIR/summary.json` can set the simulator's ratio beside the
-live one.
+live one. `bench.host_speed` times its kernel through the whole run (DIR/host_speed.jsonl; each
+measurement records its window), and each row gives the kernel's median per pair: a pair on a
+slower host is told apart from a policy that lost (`bench.paired_sim --speed probe` scales the
+measurements by it).
 """
 from __future__ import annotations
 
@@ -32,10 +35,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from bench.capacity import parse_loads, rates_at, steady_capacity
-from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload, load_yaml, rates_workload
+from bench.compare import (DEFAULT_OUTPUT_TOKENS, HOST_SPEED_FILE, capacity_workload, load_yaml, measured_now,
+                           rates_workload)
+from bench.host_speed import HostSpeedProbe, Sample, read_samples, window_ms
 from bench.metrics import RequestRecord, SloSpec, num_within_slos, pooled_summary, write_summary
 from bench.run import run_workload, write_run
 from bench.simulate import parse_rates
+from bench.speed_scaled import run_window
 
 ROUTES = ("colocated", "auto")  # the baseline first: its goodput is the ratios' denominator
 
@@ -45,10 +51,17 @@ def route_order(pair: int) -> tuple[str, str]:
     return ROUTES if pair % 2 == 0 else ROUTES[::-1]
 
 
+def pair_window(runs: dict[tuple[int, str, float], list[RequestRecord]], pair: int, rate: float) -> list[float]:
+    """[start, end] of a pair's two runs at `rate` (wall clock, the host probe's)."""
+    windows = [run_window(runs[(pair, route, rate)]) for route in ROUTES]
+    return [min(w[0] for w in windows), max(w[1] for w in windows)]
+
+
 def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: Sequence[float],
-                slo: SloSpec) -> list[dict[str, Any]]:
+                slo: SloSpec, samples: Sequence[Sample] = ()) -> list[dict[str, Any]]:
     """One row per rate: each route's requests within both SLOs per pair and pooled goodput
-    (over the pairs' summed durations), and auto's goodput over colocated's, pooled and per pair."""
+    (over the pairs' summed durations), and auto's goodput over colocated's, pooled and per pair.
+    `samples` (bench.host_speed's): each pair's window and the kernel's median time in it."""
     pairs = sorted({k for k, _, _ in runs})
     rows = []
     for rate in rates:
@@ -62,20 +75,24 @@ def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: 
         row["pair_ratios"] = [a / c if c else None for a, c in zip(row["auto_ok"], row["colocated_ok"])]
         row["auto_wins"] = sum(a > c for a, c in zip(row["auto_ok"], row["colocated_ok"]))
         row["auto_losses"] = sum(a < c for a, c in zip(row["auto_ok"], row["colocated_ok"]))
+        if samples:
+            row["pair_windows_s"] = [pair_window(runs, k, rate) for k in pairs]
+            row["kernel_ms"] = [window_ms(samples, [w]) for w in row["pair_windows_s"]]
         rows.append(row)
     return rows
 
 
 def rows_markdown(rows: Sequence[dict[str, Any]], num_requests: int) -> str:
     lines = [f"| rate (req/s) | colocated within both SLOs (of {num_requests}) | auto | auto / colocated, "
-             f"pooled | per pair | auto won / lost |",
-             "|---|---|---|---|---|---|"]
+             f"pooled | per pair | auto won / lost | host kernel ms per pair |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["auto_vs_colocated"] is None else f"{r['auto_vs_colocated']:.3f}"
         per_pair = ", ".join("-" if x is None else f"{x:.2f}" for x in r["pair_ratios"])
+        kernel = ", ".join("-" if x is None else f"{x:.2f}" for x in r.get("kernel_ms", ())) or "-"
         lines.append(f"| {r['rate']:g} | {', '.join(map(str, r['colocated_ok']))} | "
                      f"{', '.join(map(str, r['auto_ok']))} | {ratio} | {per_pair} | "
-                     f"{r['auto_wins']} / {r['auto_losses']} |")
+                     f"{r['auto_wins']} / {r['auto_losses']} | {kernel} |")
     return "\n".join(lines)
 
 
@@ -136,12 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     from pd_serve import deploy
     from pd_serve.deployment import init_ray
     init_ray()
-    with deploy(cfg) as dep:
+    with HostSpeedProbe(out / HOST_SPEED_FILE), deploy(cfg) as dep:
         print(f"{cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
         origin: dict[str, Any] = {}
         if not args.no_measure:
-            from bench.sim_fidelity import measure_deployment
-            origin["measured"] = measure_deployment(dep)  # what bench.paired_sim replays the pairs with
+            origin["measured"] = measured_now(dep)  # what bench.paired_sim replays the pairs with
         if fixed is None:
             capacity = measure_capacity_on(dep, cfg, args.output_tokens, out, slo)
             rates = rates_at(loads, capacity)
@@ -151,12 +167,12 @@ def main(argv: list[str] | None = None) -> int:
             rates = fixed
         runs = run_pairs(dep, rates, args.pairs, args.num_requests, args.output_tokens, out, slo)
         if not args.no_measure:
-            origin["measured_after"] = measure_deployment(dep)
-    rows = paired_rows(runs, rates, slo)
+            origin["measured_after"] = measured_now(dep)
+    rows = paired_rows(runs, rates, slo, read_samples(out / HOST_SPEED_FILE))
     table = rows_markdown(rows, args.num_requests)
     write_summary(out, {"experiment": "paired", "config": args.config, "rates": rates, "pairs": args.pairs,
                         "num_requests": args.num_requests, "output_tokens": args.output_tokens, **origin,
-                        "rows": rows}, table)
+                        "host_speed": HOST_SPEED_FILE, "rows": rows}, table)
     return 0
 
 

@@ -8,6 +8,10 @@ auto / colocated goodput ratio beside the live pairs'.
 
 A ratio is what a user of the simulator acts on (which system, and is it worth it), and within a
 pair the host's drift cancels out of the live one; the absolute figures are `bench.sim_fidelity`'s.
+`--speed probe` simulates each pair on its own: the measurements scaled by how much slower the
+host ran during the pair's two runs than while they were measured (`bench.speed_scaled`, from
+the run's `bench.host_speed` samples); the simulated counts are then the pairs' medians and the
+ratio is pooled over the pairs, as the live one is.
 """
 from __future__ import annotations
 
@@ -20,8 +24,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, load_yaml, rates_workload
-from bench.metrics import SloSpec, num_within_slos, summarize, write_json, write_markdown
+from bench.host_speed import read_samples, slowdown
+from bench.metrics import SloSpec, num_within_slos, pooled_summary, write_json, write_markdown
 from bench.paired import ROUTES
+from bench.speed_scaled import scaled_calibration
 from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for,
                                 simulate_system, step_model_from_calibration)
 
@@ -36,29 +42,61 @@ def route_configs(deployment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 MEASUREMENTS = {"before": "measured", "after": "measured_after"}  # --measurements -> summary key
+SPEEDS = ("none", "probe")
+
+
+def pair_slowdowns(live: Mapping[str, Any], live_dir: Path, measurements: str = "before") -> list[list[float]]:
+    """Per rate, per pair: how many times slower the host ran during the pair's two runs than
+    while the deployment was measured (`measurements`), from the run's host probe."""
+    if not live.get("host_speed"):
+        raise ValueError("this paired run was recorded without the host probe (bench.paired runs it since "
+                         "stop 34): simulate it with --speed none")
+    reference = (live.get(MEASUREMENTS[measurements]) or {}).get("window_s")
+    if not reference:
+        raise ValueError(f"the measurements {measurements} the pairs have no window_s to compare the host with")
+    samples = read_samples(live_dir / live["host_speed"])
+    out = []
+    for row in live["rows"]:
+        factors = [slowdown(samples, window, [reference]) for window in row["pair_windows_s"]]
+        if any(f is None for f in factors):
+            raise ValueError(f"at {row['rate']:g} req/s the host probe has too few samples in a pair or in "
+                             f"the measurement window")
+        out.append(factors)
+    return out
 
 
 def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM, measurements: str = "before") -> list[dict[str, Any]]:
+                   host_form: str = DEFAULT_HOST_FORM, measurements: str = "before",
+                   slowdowns: list[list[float]] | None = None) -> list[dict[str, Any]]:
     """Per live rate: each route's simulated requests within both SLOs and goodput, and the
     simulated auto / colocated ratio beside the live pooled one and its per-pair range.
-    `measurements`: the deployment's measurements from before the pairs or after them."""
+    `measurements`: the deployment's measurements from before the pairs or after them.
+    `slowdowns` (pair_slowdowns): simulate each pair on the measurements scaled by its own; the
+    counts are then the pairs' medians and the goodputs pooled over the pairs."""
     key = MEASUREMENTS[measurements]
     if key not in live:
         raise ValueError(f"the paired summary holds no measurements of its deployment {measurements} the "
                          "pairs: run bench.paired without --no-measure")
     cal, slo = live[key], SloSpec()
-    step_model = step_model_from_calibration(cal)
-    configs = {route: sim_config_for(route, cfg, cal, model, host_form) for route, cfg in route_configs(deployment).items()}
+    routes = route_configs(deployment)
     rows = []
-    for rate, live_row in zip(live["rates"], live["rows"]):
+    for i, (rate, live_row) in enumerate(zip(live["rates"], live["rows"])):
         workload = rates_workload(rate, int(live["num_requests"]), int(live.get("output_tokens", DEFAULT_OUTPUT_TOKENS)))
+        factors = slowdowns[i] if slowdowns is not None else [None]
+        runs: dict[str, list] = {route: [] for route in ROUTES}
+        for factor in factors:
+            pair_cal = cal if factor is None else scaled_calibration(cal, factor)
+            step_model = step_model_from_calibration(pair_cal)
+            for route in ROUTES:
+                config = sim_config_for(route, routes[route], pair_cal, model, host_form)
+                runs[route].append(list(simulate_system(config, route, step_model, workload).records))
         row: dict[str, Any] = {"rate": rate}
+        if slowdowns is not None:
+            row["host_slowdowns"] = factors
         for route in ROUTES:
-            records = list(simulate_system(configs[route], route, step_model, workload).records)
-            row[f"{route}_ok_sim"] = num_within_slos(records, slo)
+            row[f"{route}_ok_sim"] = statistics.median(num_within_slos(r, slo) for r in runs[route])
             row[f"{route}_ok_live"] = statistics.median(live_row[f"{route}_ok"])  # the pairs' middle
-            row[f"{route}_goodput_sim"] = summarize(records, slo)["goodput_rps"] or 0.0
+            row[f"{route}_goodput_sim"] = pooled_summary(runs[route], slo)["goodput_rps"] or 0.0
         base = row["colocated_goodput_sim"]
         row["ratio_sim"] = row["auto_goodput_sim"] / base if base else None
         row["ratio_live"] = live_row["auto_vs_colocated"]
@@ -81,8 +119,8 @@ def rows_markdown(rows: list[dict[str, Any]], num_requests: int) -> str:
         live_range = r["ratio_live_pairs"]
         same = None if r["ratio_sim"] is None or r["ratio_live"] is None else \
             (r["ratio_sim"] > 1) == (r["ratio_live"] > 1)
-        body.append([f"{r['rate']:g}", f"{count(r['colocated_ok_live'])} / {r['colocated_ok_sim']}",
-                     f"{count(r['auto_ok_live'])} / {r['auto_ok_sim']}",
+        body.append([f"{r['rate']:g}", f"{count(r['colocated_ok_live'])} / {count(r['colocated_ok_sim'])}",
+                     f"{count(r['auto_ok_live'])} / {count(r['auto_ok_sim'])}",
                      fmt(r["ratio_live"]) + (f" ({live_range[0]:.2f}-{live_range[1]:.2f})" if live_range else ""),
                      fmt(r["ratio_sim"]), "-" if same is None else ("yes" if same else "no")])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -95,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default=DEFAULT_HOST_FORM, choices=sorted(HOST_FORMS))
     ap.add_argument("--measurements", default="before", choices=sorted(MEASUREMENTS),
                     help="the deployment's measurements from before the pairs or after them")
+    ap.add_argument("--speed", default="none", choices=SPEEDS,
+                    help="probe: simulate each pair on the measurements scaled by the host's slowdown "
+                         "during it (bench.host_speed)")
     ap.add_argument("--out", help="write the rows as JSON here, and the table beside it as .md")
     args = ap.parse_args(argv)
     live_path = Path(args.live)
@@ -104,14 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     if live.get("experiment") != "paired":
         ap.error(f"{live_path} is not a bench.paired summary")
     try:
-        rows = simulated_rows(live, load_yaml(live["config"]), _default_model_dir(), args.host, args.measurements)
+        slowdowns = None if args.speed == "none" else pair_slowdowns(live, live_path.parent, args.measurements)
+        rows = simulated_rows(live, load_yaml(live["config"]), _default_model_dir(), args.host, args.measurements,
+                              slowdowns)
     except ValueError as err:
         ap.error(str(err))
     table = rows_markdown(rows, int(live["num_requests"]))
     print(table)
     if args.out:
-        write_json(args.out, {"live": str(live_path), "host_form": args.host,
-                              "measurements": args.measurements, "rows": rows})
+        write_json(args.out, {"live": str(live_path), "host_form": args.host, "measurements": args.measurements,
+                              "speed": args.speed, "rows": rows})
         write_markdown(Path(args.out).with_suffix(".md"), table)
     return 0
 

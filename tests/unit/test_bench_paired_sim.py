@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -11,6 +12,7 @@ from bench.metrics import SloSpec
 from bench.metrics import num_within_slos
 from bench.paired import paired_rows
 from bench.sim_fidelity import sim_config_for, simulate_system, step_model_from_calibration
+from bench.speed_scaled import scaled_calibration
 from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
 
 ADAPTIVE = load_yaml(str(ROOT / "configs/adaptive.yaml"))
@@ -52,3 +54,40 @@ def test_a_paired_run_without_measurements_is_refused(model_dir):  # noqa: F811
     # A run measured before its pairs only (as the first paired runs were) has no 'after'.
     with pytest.raises(ValueError, match="after the pairs"):
         ps.simulated_rows({**live, "measured": {}}, ADAPTIVE, model_dir, measurements="after")
+
+
+def _paired_live(cal: dict, rate: float, n: int, out: int) -> dict:
+    """A paired summary of one rate and one pair (the live counts are beside the point here)."""
+    row = {"rate": rate, "colocated_ok": [1], "auto_ok": [1], "auto_vs_colocated": 1.0, "pair_ratios": [1.0],
+           "pair_windows_s": [[20.0, 30.0]]}
+    return {"experiment": "paired", "rates": [rate], "num_requests": n, "output_tokens": out,
+            "measured": {**cal, "window_s": [0.0, 10.0]}, "host_speed": "host_speed.jsonl", "rows": [row]}
+
+
+def test_a_pair_on_a_slower_host_is_simulated_on_measurements_scaled_by_its_slowdown(cal, model_dir, tmp_path):  # noqa: F811
+    live = _paired_live(cal, 4.0, 24, 4)
+    # The kernel took 2 ms while the deployment was measured and 3 ms during the pair: x1.5.
+    lines = [json.dumps({"t": t, "py_ms": 1.0, "mm_ms": 1.0}) for t in range(0, 10)]
+    lines += [json.dumps({"t": t, "py_ms": 1.5, "mm_ms": 1.5}) for t in range(20, 30)]
+    (tmp_path / "host_speed.jsonl").write_text("\n".join(lines))
+    slowdowns = ps.pair_slowdowns(live, tmp_path)
+    assert slowdowns == [[pytest.approx(1.5)]]
+    (scaled,) = ps.simulated_rows(live, ADAPTIVE, model_dir, slowdowns=slowdowns)
+    # The same as simulating on measurements that were 1.5x slower to begin with.
+    (by_hand,) = ps.simulated_rows({**live, "measured": scaled_calibration(cal, 1.5)}, ADAPTIVE, model_dir)
+    assert scaled["host_slowdowns"] == slowdowns[0]
+    for k in ("colocated_ok_sim", "auto_ok_sim", "colocated_goodput_sim", "auto_goodput_sim"):
+        assert scaled[k] == pytest.approx(by_hand[k]), k
+    (unscaled,) = ps.simulated_rows(live, ADAPTIVE, model_dir)
+    assert scaled["auto_goodput_sim"] < unscaled["auto_goodput_sim"]
+
+
+def test_scaling_by_the_probe_needs_the_probe_and_the_measurement_window(cal, model_dir, tmp_path):  # noqa: F811
+    live = _paired_live(cal, 4.0, 24, 4)
+    with pytest.raises(ValueError, match="without the host probe"):
+        ps.pair_slowdowns({k: v for k, v in live.items() if k != "host_speed"}, tmp_path)
+    with pytest.raises(ValueError, match="no window_s"):
+        ps.pair_slowdowns({**live, "measured": cal}, tmp_path)
+    (tmp_path / "host_speed.jsonl").write_text(json.dumps({"t": 1, "py_ms": 1.0, "mm_ms": 1.0}))
+    with pytest.raises(ValueError, match="too few samples"):
+        ps.pair_slowdowns(live, tmp_path)
