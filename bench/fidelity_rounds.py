@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
-from bench.pooled_measurements import MEASUREMENTS, hardware_measurements_for, pooled_measurements
+from bench.pooled_measurements import DEFAULT_STRETCH, MEASUREMENTS, hardware_measurements_for, pooled_measurements
 from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
 from bench.host_speed import read_samples
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
@@ -60,14 +60,16 @@ def count_ok(live: Mapping[Key, Mapping[str, Any]], other: Mapping[Key, Mapping[
 def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model: str, host_form: str,
                          tolerance: float = TOLERANCE, progress: bool = True,
                          systems: Mapping[str, str] = RATES_SYSTEMS,
-                         measurements: str = "own", speed: str = "none") -> dict[str, Any]:
+                         measurements: str = "own", speed: str = "none",
+                         stretch: str = DEFAULT_STRETCH) -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
     (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
     with what its deployment measured before its run, or "pooled", every round of a system with
     the median over all its rounds' measurements, or "hardware", the step model pooled over every
     system and round and the rest over the systems of the same workers (`bench.pooled_measurements`).
     `speed`: "probe" scales each run's measurements by the host's slowdown during it against
-    during them (`bench.speed_scaled`; the sweep's `host_speed` samples), "none" leaves them."""
+    during them (`bench.speed_scaled`; the sweep's `host_speed` samples), "none" leaves them.
+    `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`)."""
     if speed not in SPEED_FORMS:
         raise ValueError(f"speed must be one of {SPEED_FORMS}, got {speed!r}")
     if measurements not in MEASUREMENTS:
@@ -84,7 +86,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     if measurements == "pooled":
         per_round = [pooled_measurements(measured)] * len(measured)
     elif measurements == "hardware":
-        per_round = hardware_measurements_for(measured, systems)
+        per_round = hardware_measurements_for(measured, systems, stretch)
     slowdowns_by_round: list[dict[Key, float]] | None = None
     if speed != "none":
         slowdowns_by_round = round_slowdowns(rounds_path, top, summaries, systems, measurements, speed)
@@ -127,7 +129,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          "sim_vs_own_live_ok": own_ok,
                          "per_metric": _per_metric(rest, live_k, sim_k, tolerance)})
     return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form,
-            "measurements": measurements, "speed": speed,
+            "measurements": measurements, "speed": speed, "stretch": stretch,
             "host_slowdowns": None if slowdowns_by_round is None else
             [[[label, rate, f] for (label, rate), f in r.items()] for r in slowdowns_by_round],
             "pooled_rows": pooled_rows, "held_out": held_out,

@@ -63,6 +63,13 @@ from schedulers.step_time import COEFFICIENTS
 # over these contexts; the per-step overhead is what differs between calibrations).
 EXCESS_CONTEXT_TOKENS = BURST_PROMPT_TOKENS + BURST_OUTPUT_TOKENS[-1] // 2
 
+# How the hardware form reads the prefill's stretch beside streams (`flat_stretch`).
+STRETCH_FORMS = ("counts", "flat")
+DEFAULT_STRETCH = "counts"
+# The probe records (and the points they give) of each stretch: beside streams on the engine the
+# router picks, and on a prefill-only engine.
+STRETCH_PROBES = (("load_stretch", "load_probe"), ("load_stretch_beside", "load_probe_beside"))
+
 # What `bench.fidelity_rounds` simulates each round with: its own deployment's measurements, or
 # this module's pool over all rounds.
 MEASUREMENTS = ("own", "pooled", "hardware")
@@ -89,12 +96,47 @@ def pooled_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> di
     return {label: pooled_record([r[label] for r in rounds if label in r]) for label in dict.fromkeys(labels)}
 
 
+def flat_stretch(records: Sequence[Mapping[str, Any]], probe: str = "load_probe") -> float | None:
+    """One stretch for every count of streams, from the `probe` samples (`bench.host_load`) of
+    all `records`: the median over every probe sent beside streams of its TTFT over the median
+    TTFT of its own record's probes sent alone; never below 1. None where no record has both.
+
+    Why: each count's point is the median of five probes, and one deployment's went 2.21, 1.34
+    and 1.83 at 2, 4 and 8 streams (run 60, colocated), a drop no load explains; across the
+    colocated and adaptive deployments of runs 59-60 the points at one count ran 1.3-2.9. Pooled per count over the
+    colocated and adaptive deployments of runs 59, 60 and 61 they were 1.55 / 1.66 / 1.72,
+    2.24 / 1.84 / 1.63 and 1.48 / 1.86 / 1.61 at 2 / 4 / 8 streams: no steady growth with the
+    count (likely because what takes the prefill's core share is the other engine's loop,
+    spinning once it steps at all, more than the tokens streamed), so the counts are pooled."""
+    ratios = []
+    for rec in records:
+        samples = ((rec.get("host") or {}).get(probe) or {}).get("samples") or {}
+        alone = samples.get("0") or samples.get(0)
+        if not alone:
+            continue
+        base = statistics.median(alone)
+        ratios += [t / base for n, ts in samples.items() if int(n) > 0 for t in ts]
+    return max(1.0, float(statistics.median(ratios))) if ratios else None
+
+
+def with_flat_stretch(record: Mapping[str, Any], factors: Mapping[str, float | None]) -> dict[str, Any]:
+    """`record` with each measured stretch's points (`STRETCH_PROBES`) all at `factors[key]`."""
+    host = dict(record.get("host") or {})
+    for key, _ in STRETCH_PROBES:
+        if host.get(key) and factors.get(key) is not None:
+            host[key] = [[n, factors[key]] for n, _ in host[key]]
+    return {**record, "host": host}
+
+
 def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
-                          shape_of: Mapping[str, str]) -> list[dict[str, dict[str, Any]]]:
+                          shape_of: Mapping[str, str], stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
     """Per round, label -> the record to simulate it with (module docstring, the hardware form):
     the step model's coefficients pooled over every record, the other figures over the records
-    of the labels of the same `shape_of[label]` (any key naming a deployment's workers). Raises
-    ValueError where the records are not of one model, or a label has no shape."""
+    of the labels of the same `shape_of[label]` (any key naming a deployment's workers);
+    `stretch` "flat": the prefill's stretch one factor over the shape's probes (`flat_stretch`).
+    Raises ValueError where the records are not of one model, or a label has no shape."""
+    if stretch not in STRETCH_FORMS:
+        raise ValueError(f"stretch must be one of {STRETCH_FORMS}, got {stretch!r}")
     records = [(label, rec) for r in rounds for label, rec in r.items()]
     if not records:
         raise ValueError("hardware_measurements needs at least one record")
@@ -106,8 +148,13 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
         raise ValueError(f"the records are of {len(models)} different models; one step model cannot be pooled over them")
     step = {k: float(statistics.median(rec[k] for _, rec in records)) for k in COEFFICIENTS}
     records = [(label, excesses_against(rec, step)) for label, rec in records]
-    by_shape = {shape: pooled_record([rec for label, rec in records if shape_of[label] == shape])
-                for shape in dict.fromkeys(shape_of[label] for label, _ in records)}
+    by_shape = {}
+    for shape in dict.fromkeys(shape_of[label] for label, _ in records):
+        alike = [rec for label, rec in records if shape_of[label] == shape]
+        by_shape[shape] = pooled_record(alike)
+        if stretch == "flat":
+            by_shape[shape] = with_flat_stretch(by_shape[shape], {key: flat_stretch(alike, probe)
+                                                                  for key, probe in STRETCH_PROBES})
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
 
 
@@ -139,12 +186,12 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
 
 
 def hardware_measurements_for(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
-                              systems: Mapping[str, str]) -> list[dict[str, dict[str, Any]]]:
+                              systems: Mapping[str, str], stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
     """`hardware_measurements` over the records of `systems` (label -> deployment config) only,
     each shaped by its config's workers (`deployment_shapes`)."""
     shapes = deployment_shapes(systems)
     return hardware_measurements([{label: rec for label, rec in r.items() if label in shapes} for r in rounds],
-                                 shapes)
+                                 shapes, stretch)
 
 
 def deployment_shapes(systems: Mapping[str, str]) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The simulator's capacity for a live sweep's deployments, beside the capacity measured live.
 
-    python -m bench.sim_capacity --live DIR/summary.json [--measurements hardware|own] [--seeds 1]
+    python -m bench.sim_capacity --live DIR/summary.json [--measurements hardware|own] [--seeds 1] [--stretch counts|flat]
 
 `bench.compare --rates auto` sets its rates from the colocated deployment's capacity, measured
 live by a closed loop (bench.capacity). Past that capacity a queue that drains and one that
@@ -23,14 +23,15 @@ import yaml
 
 from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
-from bench.pooled_measurements import hardware_measurements_for
+from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
 from bench.sim_fidelity import _default_model_dir, sim_config_for, simulate_system, step_model_from_calibration, systems_of
 from pd_serve.report import format_table
 
 FORMS = ("hardware", "own")
 
 
-def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: str) -> list[dict[str, Any]]:
+def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: str,
+                       stretch: str = DEFAULT_STRETCH) -> list[dict[str, Any]]:
     """Per round (one for a single sweep), label -> the record the simulator uses."""
     names = live.get("round_dirs")
     summaries = [json.loads((live_path.parent / n / "summary.json").read_text()) for n in names] if names else [live]
@@ -40,7 +41,7 @@ def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: s
     if measurements == "own":
         return measured
     if measurements == "hardware":
-        return hardware_measurements_for(measured, systems_of(live))
+        return hardware_measurements_for(measured, systems_of(live), stretch)
     raise ValueError(f"measurements must be one of {FORMS}, got {measurements!r}")
 
 
@@ -54,7 +55,7 @@ def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[s
 
 
 def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 1,
-                  model: str | None = None) -> list[list[str]]:
+                  model: str | None = None, stretch: str = DEFAULT_STRETCH) -> list[list[str]]:
     """One row per system and round: the simulated capacity per draw of the mix."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -64,7 +65,7 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
     # The live loop's length (32 requests before run 61, 128 since), where the sweep measured one.
     num_requests = (live.get("capacity") or {}).get("num_requests")
     rows = []
-    per_round = round_measurements(live_path, live, measurements)
+    per_round = round_measurements(live_path, live, measurements, stretch)
     if measurements == "hardware":  # one pool for every round
         per_round = per_round[:1]
     for k, records in enumerate(per_round):
@@ -85,11 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--measurements", choices=FORMS, default="hardware",
                     help="the measurements pooled as bench.sim_fidelity pools them (hardware), or each round's own")
     ap.add_argument("--seeds", type=int, default=1, help="draws of the mix: the first is the live loop's")
+    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=DEFAULT_STRETCH,
+                    help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch reads it")
     args = ap.parse_args(argv)
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     try:
-        rows = capacity_rows(live_path, args.measurements, args.seeds)
+        rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch)
     except ValueError as err:
         print(f"bench.sim_capacity: {err}", file=sys.stderr)
         return 2

@@ -63,15 +63,17 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_SYSTEMS, rates_workload
+from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, rates_workload
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
-from bench.pooled_measurements import DEFAULT_MEASUREMENTS, MEASUREMENTS, hardware_measurements_for
+from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
+                                       hardware_measurements_for)
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.simulator import SimResult, simulate
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
+from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
 from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
@@ -470,11 +472,12 @@ def _live_beside_sim(rows: Sequence[Mapping[str, Any]], field: str, keys: Sequen
                      key_of: Any = lambda k: k) -> list[list[str]]:
     """Table rows: system, rate, then per key "live / sim ms (live count)" of `row[field]`'s
     live and sim summaries (`stat` of each), for the rows whose live records were found.
-    `key_of` reads a summary's keys (JSON turns numbers into strings)."""
+    `key_of` reads a summary's keys (JSON turns numbers into strings). A row with nothing live
+    (no records found, or none of the kind summarized) is left out."""
     body = []
     for r in rows:
         both = r.get(field) or {}
-        if both.get("live") is None:
+        if not both.get("live"):
             continue
         live, sim = ({key_of(k): v for k, v in (both.get(side) or {}).items()} for side in ("live", "sim"))
         body.append([r["system"], f"{r['rate']:g}"] + [
@@ -504,6 +507,20 @@ def quiet_excess_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return format_table(["system", "rate"] + [f"{n}{'+' if n == QUIET_MAX_BATCH else ''} streams live / sim ms"
                                               for n in batches],
                         _live_beside_sim(rows, "quiet_excess", batches, "median_s", key_of=int))
+
+
+SPLIT_HEADING = ("the TTFT of colocated requests split into the engine's part (queue + prefill, from the prompt "
+                 "reaching its engine) and the request path's, by length bucket (bench.ttft_split): median "
+                 "live / sim ms (live requests)")
+
+
+def ttft_split_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] = tuple(RATES_BUCKETS)) -> str:
+    """Markdown table: per system and rate, the median engine part and path of the colocated
+    requests' TTFT per length bucket, live / simulated ms (live count), for the rows whose live
+    records and router log were found."""
+    keys = split_keys(buckets)
+    return format_table(["system", "rate"] + [f"{k} live / sim ms" for k in keys],
+                        _live_beside_sim(rows, "ttft_split", keys, "median_s"))
 
 
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
@@ -565,7 +582,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             workload = rates_workload(rate, num_requests, output_tokens)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
-            live_gaps = live_quiet = None
+            live_gaps = live_quiet = live_split = None
             decode_step_s = lambda contexts: step_model.predict(0, 0, contexts)  # noqa: E731
             if records_path is not None and records_path.is_file():
                 live_records = json.loads(records_path.read_text())
@@ -573,6 +590,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 parsed = [RequestRecord.from_dict(d) for d in live_records]
                 live_gaps = gap_summary(classify_gaps(parsed))
                 live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
+                log_path = live_dir / label / "predictions.json"
+                if log_path.is_file():
+                    live_split = split_summary(parsed, live_engine_ttft(parsed, json.loads(log_path.read_text())))
             result = simulate_system(config, label, step_model, workload)
             if sim_records is not None:
                 sim_records[(label, rate)] = list(result.records)
@@ -589,7 +609,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "sim_summary": {k: sim_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
                          "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))},
                          "quiet_excess": {"live": live_quiet,
-                                          "sim": quiet_excess_by_batch(result.records, decode_step_s)}})
+                                          "sim": quiet_excess_by_batch(result.records, decode_step_s)},
+                         "ttft_split": {"live": live_split, "sim": split_summary(
+                             result.records, sim_engine_ttft(result.records, result.prompt_reached_s))}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
                 slower = "" if factor is None else f"host x{factor:.2f}; "
@@ -656,7 +678,8 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
                   f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
             return 2
     result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
-                                  systems=systems_of(live), measurements=args.measurements, speed=args.speed)
+                                  systems=systems_of(live), measurements=args.measurements, speed=args.speed,
+                                  stretch=args.stretch)
     n_rounds = len(result["rounds"])
     with_what = {"own": "its own measurements",
                  "pooled": "the median of the system's measurements over all rounds",
@@ -687,6 +710,9 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
         if any((r.get("quiet_excess") or {}).get("live") for r in rows):
             print(f"\n{name}: {QUIET_HEADING}\n")
             print(quiet_excess_table(rows))
+        if any((r.get("ttft_split") or {}).get("live") for r in rows):
+            print(f"\n{name}: {SPLIT_HEADING}\n")
+            print(ttft_split_table(rows))
     write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
                           "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks})
     print(f"wrote {args.out}")
@@ -735,10 +761,17 @@ def main(argv: list[str] | None = None) -> int:
                          "each run's measured times by how much slower the host's kernel ran during it "
                          "than during the measurements (probe) or than over all the sweep's runs "
                          "(probe-runs), or not (none, the default); bench.speed_scaled")
+    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=DEFAULT_STRETCH,
+                    help="with --measurements hardware: the prefill's stretch beside streams as the probe's "
+                         "median at each count of streams (counts, the default), or one factor over "
+                         "every probe of the deployments alike (flat); bench.pooled_measurements.flat_stretch")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
+    if args.stretch != DEFAULT_STRETCH and args.measurements != "hardware":
+        print("bench.sim_fidelity: --stretch applies to --measurements hardware", file=sys.stderr)
+        return 2
     if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2
@@ -753,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     measured = live.get("measured") or {}
     if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
-        measured = hardware_measurements_for([measured], systems_of(live))[0]
+        measured = hardware_measurements_for([measured], systems_of(live), args.stretch)[0]
         live = {**live, "measured": measured}
     cal = None
     if args.calibration:
@@ -776,6 +809,9 @@ def main(argv: list[str] | None = None) -> int:
     if any((r.get("quiet_excess") or {}).get("live") for r in rows):
         print(f"\n{QUIET_HEADING}\n")
         print(quiet_excess_table(rows))
+    if any((r.get("ttft_split") or {}).get("live") for r in rows):
+        print(f"\n{SPLIT_HEADING}\n")
+        print(ttft_split_table(rows))
     if any((r.get("token_gaps") or {}).get("live") for r in rows):
         print("\nMean inter-token gap by what overlapped it (bench.token_gaps): alone = every other "
               "engine idle, nb- = another engine prefilling / decoding, own+ = another request on "

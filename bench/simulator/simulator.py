@@ -67,6 +67,8 @@ class SimResult:
     workers: dict[str, WorkerStats]
     num_fallbacks: int
     decisions: list[Decision] = field(default_factory=list)
+    # request_id -> when its prompt reached the engine that prefills it (`bench.ttft_split`)
+    prompt_reached_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_leaked_blocks(self) -> int:
@@ -109,6 +111,7 @@ class Simulator:
         self._stretched: dict[str, StretchedStep] = {}
         self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
         self._num_paths = 0  # requests on their request path (a DISPATCH queued): the host's path_factor
+        self.prompt_reached_s: dict[str, float] = {}  # SimResult.prompt_reached_s
         # When each worker's last step ended: its processes spin for SPIN_WINDOW_S after it (host.py).
         self._last_step_end_s: dict[str, float] = {}
 
@@ -303,6 +306,7 @@ class Simulator:
             self._num_paths += 1
             return set()
         if not request.needs_remote_kv:  # the prompt reached the worker that prefills it
+            self.prompt_reached_s[request.job.record.request_id] = now_s
             self.router.reached(request.job.record.request_id, now_s)
         self.workers[worker_id].add(request)
         return {worker_id}
@@ -372,7 +376,8 @@ class Simulator:
     def _result(self, jobs: list[Job], end_s: float) -> SimResult:
         stats = {wid: WorkerStats(w.num_steps, w.num_preemptions, w.busy_s, w.pool.num_used)
                  for wid, w in self.workers.items()}
-        return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions)
+        return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions,
+                         self.prompt_reached_s)
 
     def _describe_workers(self) -> str:
         return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "

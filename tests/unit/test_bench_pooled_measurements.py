@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pooled_measurements import hardware_measurements, pooled_measurements, pooled_record
+from bench.pooled_measurements import flat_stretch, hardware_measurements, pooled_measurements, pooled_record
 from tests.unit.test_bench_sim_fidelity import cal  # noqa: F401  (shared fixture)
 
 
@@ -116,3 +116,34 @@ def test_hardware_keeps_each_measured_decode_step_as_measured_over_the_pooled_mo
     assert host["step_excess_spin_s"] == pytest.approx(0.005)
     assert host["decode_beside_prefill"] == [[1, 0.005]]  # a difference of two measured steps: as it was
     assert out["a"]["host"]["step_excess_1_s"] == pytest.approx(0.001)
+
+
+def probed(alone: list, beside: dict, base: dict | None = None) -> dict:
+    """A record (on `base`'s step model) whose load probe took `alone` and `beside` (count ->
+    TTFTs), with its points per count."""
+    samples = {"0": alone, **{str(n): ts for n, ts in beside.items()}}
+    first = sorted(alone)[len(alone) // 2]
+    points = [[n, sorted(ts)[len(ts) // 2] / first] for n, ts in beside.items()]
+    return {**(base or {}), "host": {"load_stretch": points, "load_probe": {"samples": samples}}}
+
+
+def test_a_flat_stretch_pools_every_probe_beside_streams_over_its_own_records_alone(cal):  # noqa: F811
+    # Record a: 0.1 s alone, x2.2 / x1.3 / x1.8 at 2 / 4 / 8 streams (run 60's colocated had such
+    # a dip); record b: 0.2 s alone, x1.5 everywhere. Each probe over its own record's alone.
+    a = probed([0.1, 0.1, 0.1], {2: [0.22, 0.22, 0.22], 4: [0.13, 0.13, 0.13], 8: [0.18, 0.18, 0.18]}, cal)
+    b = probed([0.2, 0.2, 0.2], {2: [0.3, 0.3, 0.3], 4: [0.3, 0.3, 0.3], 8: [0.3, 0.3, 0.3]}, cal)
+    assert flat_stretch([a, b]) == pytest.approx(1.5)  # 18 ratios: nine at 1.5, three each at 1.3, 1.8, 2.2
+    assert flat_stretch([a]) == pytest.approx(1.8)
+    assert flat_stretch([probed([0.2], {2: [0.1]})]) == 1.0  # a load never makes a prefill faster
+    assert flat_stretch([{"host": {}}]) is None and flat_stretch([a], "load_probe_beside") is None
+    shapes = {"colocated": "two both", "adaptive": "two both"}
+    out = hardware_measurements([{"colocated": a, "adaptive": b}], shapes, stretch="flat")[0]
+    assert out["colocated"]["host"]["load_stretch"] == [[2, pytest.approx(1.5)], [4, pytest.approx(1.5)],
+                                                         [8, pytest.approx(1.5)]]
+    assert out["adaptive"]["host"]["load_stretch"] == out["colocated"]["host"]["load_stretch"]
+    # By counts, as before: the median of the two records' points at each count.
+    counts = hardware_measurements([{"colocated": a, "adaptive": b}], shapes)[0]
+    assert counts["colocated"]["host"]["load_stretch"] == [[2, pytest.approx(1.85)], [4, pytest.approx(1.4)],
+                                                           [8, pytest.approx(1.65)]]
+    with pytest.raises(ValueError, match="stretch must be one of"):
+        hardware_measurements([{"colocated": a}], shapes, stretch="mean")

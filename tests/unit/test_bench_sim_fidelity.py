@@ -373,3 +373,10 @@ def test_the_spin_form_is_path_cores_with_the_lone_excess_by_the_spin_window(cal
     assert host_of("path-cores").step_excess_spin_s is None  # the other forms leave them out
     with pytest.raises(ValueError, match="--host path-cores"):  # a record from before they were measured
         host_of("spin", {**record, "host": host})
+
+
+def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
+    live = tmp_path / "summary.json"
+    live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
+    assert sf.main(["--live", str(live), "--measurements", "own", "--stretch", "flat"]) == 2
+    assert "--stretch applies to --measurements hardware" in capsys.readouterr().err
