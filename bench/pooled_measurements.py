@@ -44,6 +44,13 @@ Runs 50-52, within 20% pooled / held out: own 13, 12, 23 of 36 / 30, 18, 43 of 7
 12, 22 / 22, 23, 39; hardware 18, 14, 22 / 35, 25, 41. Built on those runs, then tried on a
 fresh one, run 53: own 25 / 31, pooled 24 / 44, hardware 26 / 48 (the live rounds held each
 other to 45). It is the default (`DEFAULT_MEASUREMENTS`).
+
+The prefill's stretch beside streams (`bench.host_load`) is, in the hardware form, one factor
+for every count of streams by default (`flat_stretch`: every probe of the alike deployments over
+its own deployment's probes alone), not the median at each count (`--stretch counts`): five
+probes per count scatter more than the counts differ. Within 20%, pooled of 24 / held out of 48:
+runs 59 and 60, on which it was chosen, 20 / 34 and 7 / 15 against 18 / 32 and 6 / 12; run 61,
+fresh, 15 / 29 against 12 / 21 (the live rounds held each other to 29).
 """
 from __future__ import annotations
 
@@ -65,7 +72,7 @@ EXCESS_CONTEXT_TOKENS = BURST_PROMPT_TOKENS + BURST_OUTPUT_TOKENS[-1] // 2
 
 # How the hardware form reads the prefill's stretch beside streams (`flat_stretch`).
 STRETCH_FORMS = ("counts", "flat")
-DEFAULT_STRETCH = "counts"
+DEFAULT_STRETCH = "flat"
 # The probe records (and the points they give) of each stretch: beside streams on the engine the
 # router picks, and on a prefill-only engine.
 STRETCH_PROBES = (("load_stretch", "load_probe"), ("load_stretch_beside", "load_probe_beside"))

@@ -761,17 +761,18 @@ def main(argv: list[str] | None = None) -> int:
                          "each run's measured times by how much slower the host's kernel ran during it "
                          "than during the measurements (probe) or than over all the sweep's runs "
                          "(probe-runs), or not (none, the default); bench.speed_scaled")
-    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=DEFAULT_STRETCH,
-                    help="with --measurements hardware: the prefill's stretch beside streams as the probe's "
-                         "median at each count of streams (counts, the default), or one factor over "
-                         "every probe of the deployments alike (flat); bench.pooled_measurements.flat_stretch")
+    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,
+                    help="with --measurements hardware: the prefill's stretch beside streams as one factor "
+                         "over every probe of the deployments alike (flat, the default), or the probe's "
+                         "median at each count of streams (counts); bench.pooled_measurements.flat_stretch")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
-    if args.stretch != DEFAULT_STRETCH and args.measurements != "hardware":
+    if args.stretch is not None and args.measurements != "hardware":
         print("bench.sim_fidelity: --stretch applies to --measurements hardware", file=sys.stderr)
         return 2
+    args.stretch = args.stretch or DEFAULT_STRETCH
     if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2

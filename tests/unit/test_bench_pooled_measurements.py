@@ -142,7 +142,7 @@ def test_a_flat_stretch_pools_every_probe_beside_streams_over_its_own_records_al
                                                          [8, pytest.approx(1.5)]]
     assert out["adaptive"]["host"]["load_stretch"] == out["colocated"]["host"]["load_stretch"]
     # By counts, as before: the median of the two records' points at each count.
-    counts = hardware_measurements([{"colocated": a, "adaptive": b}], shapes)[0]
+    counts = hardware_measurements([{"colocated": a, "adaptive": b}], shapes, stretch="counts")[0]
     assert counts["colocated"]["host"]["load_stretch"] == [[2, pytest.approx(1.85)], [4, pytest.approx(1.4)],
                                                            [8, pytest.approx(1.65)]]
     with pytest.raises(ValueError, match="stretch must be one of"):
