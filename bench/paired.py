@@ -51,17 +51,13 @@ def route_order(pair: int) -> tuple[str, str]:
     return ROUTES if pair % 2 == 0 else ROUTES[::-1]
 
 
-def pair_window(runs: dict[tuple[int, str, float], list[RequestRecord]], pair: int, rate: float) -> list[float]:
-    """[start, end] of a pair's two runs at `rate` (wall clock, the host probe's)."""
-    windows = [run_window(runs[(pair, route, rate)]) for route in ROUTES]
-    return [min(w[0] for w in windows), max(w[1] for w in windows)]
-
-
 def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: Sequence[float],
                 slo: SloSpec, samples: Sequence[Sample] = ()) -> list[dict[str, Any]]:
     """One row per rate: each route's requests within both SLOs per pair and pooled goodput
     (over the pairs' summed durations), and auto's goodput over colocated's, pooled and per pair.
-    `samples` (bench.host_speed's): each pair's window and the kernel's median time in it."""
+    `samples` (bench.host_speed's): each run's window and the kernel's median time in it, per
+    route and pair: the host can drift by half within a pair (paired_v5: 1.74 ms for one route's
+    run, 2.44 for the other's a minute before)."""
     pairs = sorted({k for k, _, _ in runs})
     rows = []
     for rate in rates:
@@ -76,20 +72,22 @@ def paired_rows(runs: dict[tuple[int, str, float], list[RequestRecord]], rates: 
         row["auto_wins"] = sum(a > c for a, c in zip(row["auto_ok"], row["colocated_ok"]))
         row["auto_losses"] = sum(a < c for a, c in zip(row["auto_ok"], row["colocated_ok"]))
         if samples:
-            row["pair_windows_s"] = [pair_window(runs, k, rate) for k in pairs]
-            row["kernel_ms"] = [window_ms(samples, [w]) for w in row["pair_windows_s"]]
+            row["windows_s"] = {route: [list(run_window(runs[(k, route, rate)])) for k in pairs] for route in ROUTES}
+            row["kernel_ms"] = {route: [window_ms(samples, [w]) for w in ws] for route, ws in row["windows_s"].items()}
         rows.append(row)
     return rows
 
 
 def rows_markdown(rows: Sequence[dict[str, Any]], num_requests: int) -> str:
     lines = [f"| rate (req/s) | colocated within both SLOs (of {num_requests}) | auto | auto / colocated, "
-             f"pooled | per pair | auto won / lost | host kernel ms per pair |",
+             f"pooled | per pair | auto won / lost | host kernel ms per pair, colocated / auto |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         ratio = "-" if r["auto_vs_colocated"] is None else f"{r['auto_vs_colocated']:.3f}"
         per_pair = ", ".join("-" if x is None else f"{x:.2f}" for x in r["pair_ratios"])
-        kernel = ", ".join("-" if x is None else f"{x:.2f}" for x in r.get("kernel_ms", ())) or "-"
+        ms = r.get("kernel_ms") or {}
+        kernel = ", ".join(" / ".join("-" if x is None else f"{x:.2f}" for x in pair)
+                           for pair in zip(*(ms[route] for route in ROUTES))) if ms else "-"
         lines.append(f"| {r['rate']:g} | {', '.join(map(str, r['colocated_ok']))} | "
                      f"{', '.join(map(str, r['auto_ok']))} | {ratio} | {per_pair} | "
                      f"{r['auto_wins']} / {r['auto_losses']} | {kernel} |")

@@ -8,8 +8,8 @@ auto / colocated goodput ratio beside the live pairs'.
 
 A ratio is what a user of the simulator acts on (which system, and is it worth it), and within a
 pair the host's drift cancels out of the live one; the absolute figures are `bench.sim_fidelity`'s.
-`--speed probe` simulates each pair on its own: the measurements scaled by how much slower the
-host ran during the pair's two runs than while they were measured (`bench.speed_scaled`, from
+`--speed probe` simulates each run of each pair on its own: the measurements scaled by how much
+slower the host ran during that run than while they were measured (`bench.speed_scaled`, from
 the run's `bench.host_speed` samples); the simulated counts are then the pairs' medians and the
 ratio is pooled over the pairs, as the live one is.
 """
@@ -45,8 +45,9 @@ MEASUREMENTS = {"before": "measured", "after": "measured_after"}  # --measuremen
 SPEEDS = ("none", "probe")
 
 
-def pair_slowdowns(live: Mapping[str, Any], live_dir: Path, measurements: str = "before") -> list[list[float]]:
-    """Per rate, per pair: how many times slower the host ran during the pair's two runs than
+def pair_slowdowns(live: Mapping[str, Any], live_dir: Path,
+                   measurements: str = "before") -> list[list[dict[str, float]]]:
+    """Per rate, per pair, per route: how many times slower the host ran during that run than
     while the deployment was measured (`measurements`), from the run's host probe."""
     if not live.get("host_speed"):
         raise ValueError("this paired run was recorded without the host probe (bench.paired runs it since "
@@ -57,9 +58,10 @@ def pair_slowdowns(live: Mapping[str, Any], live_dir: Path, measurements: str = 
     samples = read_samples(live_dir / live["host_speed"])
     out = []
     for row in live["rows"]:
-        factors = [slowdown(samples, window, [reference]) for window in row["pair_windows_s"]]
-        if any(f is None for f in factors):
-            raise ValueError(f"at {row['rate']:g} req/s the host probe has too few samples in a pair or in "
+        factors = [{route: slowdown(samples, window, [reference]) for route, window in zip(ROUTES, windows)}
+                   for windows in zip(*(row["windows_s"][route] for route in ROUTES))]
+        if any(f is None for pair in factors for f in pair.values()):
+            raise ValueError(f"at {row['rate']:g} req/s the host probe has too few samples in a run or in "
                              f"the measurement window")
         out.append(factors)
     return out
@@ -67,12 +69,12 @@ def pair_slowdowns(live: Mapping[str, Any], live_dir: Path, measurements: str = 
 
 def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model: str,
                    host_form: str = DEFAULT_HOST_FORM, measurements: str = "before",
-                   slowdowns: list[list[float]] | None = None) -> list[dict[str, Any]]:
+                   slowdowns: list[list[dict[str, float]]] | None = None) -> list[dict[str, Any]]:
     """Per live rate: each route's simulated requests within both SLOs and goodput, and the
     simulated auto / colocated ratio beside the live pooled one and its per-pair range.
     `measurements`: the deployment's measurements from before the pairs or after them.
-    `slowdowns` (pair_slowdowns): simulate each pair on the measurements scaled by its own; the
-    counts are then the pairs' medians and the goodputs pooled over the pairs."""
+    `slowdowns` (pair_slowdowns): simulate each run of each pair on the measurements scaled by
+    its own; the counts are then the pairs' medians and the goodputs pooled over the pairs."""
     key = MEASUREMENTS[measurements]
     if key not in live:
         raise ValueError(f"the paired summary holds no measurements of its deployment {measurements} the "
@@ -82,14 +84,14 @@ def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model
     rows = []
     for i, (rate, live_row) in enumerate(zip(live["rates"], live["rows"])):
         workload = rates_workload(rate, int(live["num_requests"]), int(live.get("output_tokens", DEFAULT_OUTPUT_TOKENS)))
-        factors = slowdowns[i] if slowdowns is not None else [None]
+        factors = slowdowns[i] if slowdowns is not None else [{route: None for route in ROUTES}]
         runs: dict[str, list] = {route: [] for route in ROUTES}
-        for factor in factors:
-            pair_cal = cal if factor is None else scaled_calibration(cal, factor)
-            step_model = step_model_from_calibration(pair_cal)
+        for pair in factors:
             for route in ROUTES:
-                config = sim_config_for(route, routes[route], pair_cal, model, host_form)
-                runs[route].append(list(simulate_system(config, route, step_model, workload).records))
+                run_cal = cal if pair[route] is None else scaled_calibration(cal, pair[route])
+                config = sim_config_for(route, routes[route], run_cal, model, host_form)
+                records = simulate_system(config, route, step_model_from_calibration(run_cal), workload).records
+                runs[route].append(list(records))
         row: dict[str, Any] = {"rate": rate}
         if slowdowns is not None:
             row["host_slowdowns"] = factors

@@ -45,18 +45,20 @@ def test_a_baseline_with_nothing_within_the_slos_has_no_ratio():
     assert row["auto_wins"] == 1
 
 
-def test_each_pair_carries_its_window_and_the_host_kernel_inside_it():
-    """With the host probe's samples, a row says how fast the host ran during each pair: here the
-    second pair's runs (arrivals from 100 s on) ran on a host half as fast."""
+def test_each_run_carries_its_window_and_the_host_kernel_inside_it():
+    """With the host probe's samples, a row says how fast the host ran during each route's run
+    of each pair: here the second pair's runs (arrivals from 100 s on) ran on a host half as fast."""
     late = [RequestRecord(r.request_id, r.input_tokens, r.output_tokens, r.arrival_s + 100, r.first_token_s + 100,
                           r.finish_s + 100, [t + 100 for t in r.token_times]) for r in run(3, 0)]
     runs = {(0, "colocated", 1.0): run(3, 0), (0, "auto", 1.0): run(2, 1),
             (1, "colocated", 1.0): late, (1, "auto", 1.0): late}
     samples = [Sample(t / 2, 1.0, 1.0) for t in range(6)] + [Sample(100.0 + t / 2, 2.0, 2.0) for t in range(8)]
     (row,) = paired_rows(runs, [1.0], SloSpec(), samples)
-    assert row["pair_windows_s"][0][0] == 0.0 and row["pair_windows_s"][1][0] == 100.0
-    assert row["pair_windows_s"][0][1] == pytest.approx(2.0 + 0.5 + 3 * 0.02)  # auto's late last request
-    assert row["kernel_ms"] == [2.0, 4.0]
-    assert rows_markdown([row], 3).rstrip().endswith("| 2.00, 4.00 |")
+    windows = row["windows_s"]
+    assert windows["colocated"][0] == [0.0, pytest.approx(2.0 + 0.05 + 3 * 0.02)]
+    assert windows["auto"][0] == [0.0, pytest.approx(2.0 + 0.5 + 3 * 0.02)]  # its late last request
+    assert windows["auto"][1][0] == windows["colocated"][1][0] == 100.0
+    assert row["kernel_ms"] == {"colocated": [2.0, 4.0], "auto": [2.0, 4.0]}
+    assert rows_markdown([row], 3).rstrip().endswith("| 2.00 / 2.00, 4.00 / 4.00 |")
     # No samples, no such fields: the run was recorded without the probe.
     assert "kernel_ms" not in paired_rows(runs, [1.0], SloSpec())[0]

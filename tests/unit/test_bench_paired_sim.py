@@ -57,29 +57,35 @@ def test_a_paired_run_without_measurements_is_refused(model_dir):  # noqa: F811
 
 
 def _paired_live(cal: dict, rate: float, n: int, out: int) -> dict:
-    """A paired summary of one rate and one pair (the live counts are beside the point here)."""
+    """A paired summary of one rate and one pair (the live counts are beside the point here):
+    route colocated ran from 20 to 30 s, route auto from 40 to 50 s."""
     row = {"rate": rate, "colocated_ok": [1], "auto_ok": [1], "auto_vs_colocated": 1.0, "pair_ratios": [1.0],
-           "pair_windows_s": [[20.0, 30.0]]}
+           "windows_s": {"colocated": [[20.0, 30.0]], "auto": [[40.0, 50.0]]}}
     return {"experiment": "paired", "rates": [rate], "num_requests": n, "output_tokens": out,
             "measured": {**cal, "window_s": [0.0, 10.0]}, "host_speed": "host_speed.jsonl", "rows": [row]}
 
 
 def test_a_pair_on_a_slower_host_is_simulated_on_measurements_scaled_by_its_slowdown(cal, model_dir, tmp_path):  # noqa: F811
     live = _paired_live(cal, 4.0, 24, 4)
-    # The kernel took 2 ms while the deployment was measured and 3 ms during the pair: x1.5.
+    # The kernel took 2 ms while the deployment was measured, 3 ms during route colocated's run
+    # and 2 ms again during route auto's: x1.5 and x1.
     lines = [json.dumps({"t": t, "py_ms": 1.0, "mm_ms": 1.0}) for t in range(0, 10)]
     lines += [json.dumps({"t": t, "py_ms": 1.5, "mm_ms": 1.5}) for t in range(20, 30)]
+    lines += [json.dumps({"t": t, "py_ms": 1.0, "mm_ms": 1.0}) for t in range(40, 50)]
     (tmp_path / "host_speed.jsonl").write_text("\n".join(lines))
     slowdowns = ps.pair_slowdowns(live, tmp_path)
-    assert slowdowns == [[pytest.approx(1.5)]]
+    assert slowdowns == [[{"colocated": pytest.approx(1.5), "auto": pytest.approx(1.0)}]]
     (scaled,) = ps.simulated_rows(live, ADAPTIVE, model_dir, slowdowns=slowdowns)
-    # The same as simulating on measurements that were 1.5x slower to begin with.
+    # Route colocated as on measurements 1.5x slower to begin with, route auto as measured.
     (by_hand,) = ps.simulated_rows({**live, "measured": scaled_calibration(cal, 1.5)}, ADAPTIVE, model_dir)
-    assert scaled["host_slowdowns"] == slowdowns[0]
-    for k in ("colocated_ok_sim", "auto_ok_sim", "colocated_goodput_sim", "auto_goodput_sim"):
-        assert scaled[k] == pytest.approx(by_hand[k]), k
     (unscaled,) = ps.simulated_rows(live, ADAPTIVE, model_dir)
-    assert scaled["auto_goodput_sim"] < unscaled["auto_goodput_sim"]
+    assert scaled["host_slowdowns"] == slowdowns[0]
+    for k in ("colocated_ok_sim", "colocated_goodput_sim"):
+        assert scaled[k] == pytest.approx(by_hand[k]), k
+    for k in ("auto_ok_sim", "auto_goodput_sim"):
+        assert scaled[k] == pytest.approx(unscaled[k]), k
+    assert scaled["colocated_goodput_sim"] < unscaled["colocated_goodput_sim"]
+    assert scaled["ratio_sim"] > unscaled["ratio_sim"]  # the baseline ran on the slower host
 
 
 def test_scaling_by_the_probe_needs_the_probe_and_the_measurement_window(cal, model_dir, tmp_path):  # noqa: F811
