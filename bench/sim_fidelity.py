@@ -47,7 +47,14 @@ is too noisy a target to tell the simulator from the live system's own spread. W
 rounds measured instead (`bench.pooled_measurements`; on runs 50-51 no closer: 13 and 12 of 36 either way);
 with `--measurements hardware`, the default, with one step model pooled over every system and round,
 the other figures pooled over the systems whose workers are the same (runs 50-53: 18, 14, 22 and 26
-of 36, against 13, 12, 23 and 25 with their own; held out 149 of 288 against 122).
+of 36, against 13, 12, 23 and 25 with their own; held out 149 of 288 against 122). The hardware
+form reads the prefill's stretch beside streams as one factor over the alike deployments' probes
+(`--stretch flat`, the default since run 61: 15 of 24 pooled against 12 by counts).
+
+Beside the errors it prints where they lie: the mean token gap by what overlapped it
+(`bench.token_gaps`), a decode step's excess by batch with nothing else on the host, and each
+colocated request's TTFT split into the engine's part and the request path per length bucket
+(`bench.ttft_split`).
 """
 from __future__ import annotations
 
