@@ -87,7 +87,7 @@ from pd_serve.report import format_table
 from pd_serve.request_path import measure_request_path
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import COEFFICIENTS, StepTimeModel
-from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_DISAGGREGATED
+from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 from transfer.kv_geometry import KVGeometry
 
 TOLERANCE = 0.20
@@ -516,18 +516,34 @@ def quiet_excess_table(rows: Sequence[Mapping[str, Any]]) -> str:
                         _live_beside_sim(rows, "quiet_excess", batches, "median_s", key_of=int))
 
 
-SPLIT_HEADING = ("the TTFT of colocated requests split into the engine's part (queue + prefill, from the prompt "
-                 "reaching its engine) and the request path's, by length bucket (bench.ttft_split): median "
-                 "live / sim ms (live requests)")
+SPLIT_ROUTES = (ROUTE_COLOCATED, ROUTE_DISAGGREGATED)
+SPLIT_HEADINGS = {
+    ROUTE_COLOCATED: "the TTFT of colocated requests split into the engine's part (queue + prefill, from the "
+                     "prompt reaching its engine) and the request path's",
+    ROUTE_DISAGGREGATED: "the TTFT of disaggregated requests split into the prefill engine's part (queue + "
+                         "prefill) and the rest (path, hand-over, KV transfer, the decode engine's first step)"}
 
 
-def ttft_split_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] = tuple(RATES_BUCKETS)) -> str:
-    """Markdown table: per system and rate, the median engine part and path of the colocated
-    requests' TTFT per length bucket, live / simulated ms (live count), for the rows whose live
-    records and router log were found."""
-    keys = split_keys(buckets)
+def split_heading(route: str) -> str:
+    return f"{SPLIT_HEADINGS[route]}, by length bucket (bench.ttft_split): median live / sim ms (live requests)"
+
+
+def ttft_split_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] = tuple(RATES_BUCKETS),
+                     route: str = ROUTE_COLOCATED) -> str:
+    """Markdown table: per system and rate, the median two parts of the TTFT of the requests on
+    `route` per length bucket (`bench.ttft_split`), live / simulated ms (live count), for the rows
+    whose live records and router log were found."""
+    keys = split_keys(buckets, route)
     return format_table(["system", "rate"] + [f"{k} live / sim ms" for k in keys],
-                        _live_beside_sim(rows, "ttft_split", keys, "median_s"))
+                        _live_beside_sim(rows, f"ttft_split_{route}", keys, "median_s"))
+
+
+def _print_splits(rows: Sequence[Mapping[str, Any]], prefix: str = "") -> None:
+    """Each route's split table, for the routes some row has live requests on."""
+    for route in SPLIT_ROUTES:
+        if any((r.get(f"ttft_split_{route}") or {}).get("live") for r in rows):
+            print(f"\n{prefix}{split_heading(route)}\n")
+            print(ttft_split_table(rows, route=route))
 
 
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
@@ -599,7 +615,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
                 log_path = live_dir / label / "predictions.json"
                 if log_path.is_file():
-                    live_split = split_summary(parsed, live_engine_ttft(parsed, json.loads(log_path.read_text())))
+                    log = json.loads(log_path.read_text())
+                    live_split = {route: split_summary(parsed, live_engine_ttft(parsed, log, route), route)
+                                  for route in SPLIT_ROUTES}
             result = simulate_system(config, label, step_model, workload)
             if sim_records is not None:
                 sim_records[(label, rate)] = list(result.records)
@@ -617,8 +635,11 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "token_gaps": {"live": live_gaps, "sim": gap_summary(classify_gaps(result.records))},
                          "quiet_excess": {"live": live_quiet,
                                           "sim": quiet_excess_by_batch(result.records, decode_step_s)},
-                         "ttft_split": {"live": live_split, "sim": split_summary(
-                             result.records, sim_engine_ttft(result.records, result.prompt_reached_s))}})
+                         **{f"ttft_split_{route}": {
+                             "live": None if live_split is None else live_split[route],
+                             "sim": split_summary(result.records, sim_engine_ttft(
+                                 result.records, result.prompt_reached_s, result.prompt_prefilled_s, route), route)}
+                            for route in SPLIT_ROUTES}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
                 slower = "" if factor is None else f"host x{factor:.2f}; "
@@ -717,9 +738,7 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
         if any((r.get("quiet_excess") or {}).get("live") for r in rows):
             print(f"\n{name}: {QUIET_HEADING}\n")
             print(quiet_excess_table(rows))
-        if any((r.get("ttft_split") or {}).get("live") for r in rows):
-            print(f"\n{name}: {SPLIT_HEADING}\n")
-            print(ttft_split_table(rows))
+        _print_splits(rows, f"{name}: ")
     write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
                           "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks})
     print(f"wrote {args.out}")
@@ -817,9 +836,7 @@ def main(argv: list[str] | None = None) -> int:
     if any((r.get("quiet_excess") or {}).get("live") for r in rows):
         print(f"\n{QUIET_HEADING}\n")
         print(quiet_excess_table(rows))
-    if any((r.get("ttft_split") or {}).get("live") for r in rows):
-        print(f"\n{SPLIT_HEADING}\n")
-        print(ttft_split_table(rows))
+    _print_splits(rows)
     if any((r.get("token_gaps") or {}).get("live") for r in rows):
         print("\nMean inter-token gap by what overlapped it (bench.token_gaps): alone = every other "
               "engine idle, nb- = another engine prefilling / decoding, own+ = another request on "

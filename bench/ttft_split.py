@@ -1,4 +1,4 @@
-"""Where a request's TTFT went: inside its engine, or on the request path; live beside simulated.
+"""Where a request's TTFT went: inside its engine(s), or on the way; live beside simulated.
 
 A TTFT is the request path (client, router, the worker's front-end, there and back) plus the
 engine's part: from the prompt reaching the engine to the end of the step that sampled its first
@@ -10,8 +10,11 @@ the two say which side of a TTFT error to look at: on run 60 (colocated at 0.7 l
 simulated path was 33 ms against 27 live, and a 1,024-2,048-token prompt's engine part 432 ms
 against 328.
 
-Only colocated requests are split: a disaggregated request's engine part is two engines' and a
-transfer, which the live log and the simulator do not time alike.
+A disaggregated request is split at its prefill engine: that engine's part (the prompt reaching
+it to the end of its prefill, vLLM's timestamp live) and the rest (the path, the hand-over, the
+KV transfer and the decode engine's first step), which the live log and the simulator time
+alike only as a whole. On run 61 at 4.48 req/s a short prompt's part at the prefill engine was
+227 ms live against 97 simulated, the rest 121 against 92.
 """
 from __future__ import annotations
 
@@ -19,40 +22,59 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from bench.metrics import RequestRecord
-from schedulers.types import ROUTE_COLOCATED
+from schedulers.types import ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
-PARTS = ("engine", "path")
-
-
-def live_engine_ttft(records: Sequence[RequestRecord], prediction_log: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """request_id -> the engine's part of its TTFT, for the colocated records whose router log
-    entry has one (vLLM keeps no request stats for some)."""
-    engine_s = {e["request_id"]: e.get("engines_s") for e in prediction_log if e.get("route") == ROUTE_COLOCATED}
-    return {r.request_id: float(engine_s[r.served_id]) for r in records
-            if r.ok and r.route == ROUTE_COLOCATED and engine_s.get(r.served_id) is not None}
+# Per route, the names of a TTFT's two parts.
+PARTS = {ROUTE_COLOCATED: ("engine", "path"), ROUTE_DISAGGREGATED: ("prefill engine", "rest")}
 
 
-def sim_engine_ttft(records: Sequence[RequestRecord], prompt_reached_s: Mapping[str, float]) -> dict[str, float]:
-    """request_id -> the engine's part of its simulated TTFT (`SimResult.prompt_reached_s`), for the
-    colocated records."""
-    return {r.request_id: r.first_token_s - prompt_reached_s[r.request_id] for r in records
-            if r.ok and r.route == ROUTE_COLOCATED and r.first_token_s is not None and r.request_id in prompt_reached_s}
+def _live_part(entry: Mapping[str, Any], route: str) -> float | None:
+    """The first part of a router log entry's TTFT (module docstring), None where vLLM kept no
+    request stats."""
+    if route == ROUTE_COLOCATED:
+        return entry.get("engines_s")
+    return (entry.get("engine_s") or {}).get("prefill")
 
 
-def split_summary(records: Sequence[RequestRecord], engine_s: Mapping[str, float]) -> dict[str, dict[str, Any]]:
-    """"<bucket> engine" / "<bucket> path" -> median seconds and count, over the records with an
-    engine part (the bucket is the workload's label, "all" where it has none)."""
+def live_engine_ttft(records: Sequence[RequestRecord], prediction_log: Iterable[Mapping[str, Any]],
+                     route: str = ROUTE_COLOCATED) -> dict[str, float]:
+    """request_id -> the first part of its TTFT (the engine's, or the prefill engine's for
+    route disaggregated), for the records on `route` whose router log entry has it."""
+    if route not in PARTS:
+        raise ValueError(f"route must be one of {sorted(PARTS)}, got {route!r}")
+    part = {e["request_id"]: _live_part(e, route) for e in prediction_log if e.get("route") == route}
+    return {r.request_id: float(part[r.served_id]) for r in records
+            if r.ok and r.route == route and part.get(r.served_id) is not None}
+
+
+def sim_engine_ttft(records: Sequence[RequestRecord], prompt_reached_s: Mapping[str, float],
+                    prompt_prefilled_s: Mapping[str, float] | None = None,
+                    route: str = ROUTE_COLOCATED) -> dict[str, float]:
+    """request_id -> the first part of its simulated TTFT (`SimResult.prompt_reached_s` to the
+    first token, or to `prompt_prefilled_s` for route disaggregated), for the records on `route`."""
+    if route not in PARTS:
+        raise ValueError(f"route must be one of {sorted(PARTS)}, got {route!r}")
+    ends = {r.request_id: r.first_token_s for r in records} if route == ROUTE_COLOCATED else (prompt_prefilled_s or {})
+    return {r.request_id: ends[r.request_id] - prompt_reached_s[r.request_id] for r in records
+            if r.ok and r.route == route and r.request_id in prompt_reached_s and ends.get(r.request_id) is not None}
+
+
+def split_summary(records: Sequence[RequestRecord], engine_s: Mapping[str, float],
+                  route: str = ROUTE_COLOCATED) -> dict[str, dict[str, Any]]:
+    """"<bucket> <part>" (PARTS[route]) -> median seconds and count, over the records with a
+    first part (the bucket is the workload's label, "all" where it has none)."""
+    first, rest = PARTS[route]
     parts: dict[str, list[float]] = {}
     for r in records:
         if r.request_id not in engine_s or r.ttft_s is None:
             continue
         bucket = r.bucket or "all"
         inside = engine_s[r.request_id]
-        parts.setdefault(f"{bucket} engine", []).append(inside)
-        parts.setdefault(f"{bucket} path", []).append(r.ttft_s - inside)
+        parts.setdefault(f"{bucket} {first}", []).append(inside)
+        parts.setdefault(f"{bucket} {rest}", []).append(r.ttft_s - inside)
     return {k: {"median_s": float(statistics.median(v)), "count": len(v)} for k, v in parts.items()}
 
 
-def split_keys(buckets: Sequence[str]) -> list[str]:
-    """The summary keys of `buckets`, in table order."""
-    return [f"{b} {part}" for b in buckets for part in PARTS]
+def split_keys(buckets: Sequence[str], route: str = ROUTE_COLOCATED) -> list[str]:
+    """The summary keys of `buckets` on `route`, in table order."""
+    return [f"{b} {part}" for b in buckets for part in PARTS[route]]

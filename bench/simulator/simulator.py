@@ -67,8 +67,10 @@ class SimResult:
     workers: dict[str, WorkerStats]
     num_fallbacks: int
     decisions: list[Decision] = field(default_factory=list)
-    # request_id -> when its prompt reached the engine that prefills it (`bench.ttft_split`)
+    # request_id -> when its prompt reached the engine that prefills it, and for a
+    # disaggregated request when that engine's prefill was done (`bench.ttft_split`)
     prompt_reached_s: dict[str, float] = field(default_factory=dict)
+    prompt_prefilled_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def num_leaked_blocks(self) -> int:
@@ -112,6 +114,7 @@ class Simulator:
         self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
         self._num_paths = 0  # requests on their request path (a DISPATCH queued): the host's path_factor
         self.prompt_reached_s: dict[str, float] = {}  # SimResult.prompt_reached_s
+        self.prompt_prefilled_s: dict[str, float] = {}  # SimResult.prompt_prefilled_s
         # When each worker's last step ended: its processes spin for SPIN_WINDOW_S after it (host.py).
         self._last_step_end_s: dict[str, float] = {}
 
@@ -313,6 +316,7 @@ class Simulator:
 
     def _hand_over(self, job: Job, held: EngineRequest, prefill_id: str, now_s: float) -> set[str]:
         """Prefill done on P: the router sends the request to its decode worker."""
+        self.prompt_prefilled_s[job.record.request_id] = now_s
         self.router.prefilled(prefill_id, job.record.request_id, now_s)
         self.router.done(prefill_id)
         decode_id = job.decision.decode_worker
@@ -377,7 +381,7 @@ class Simulator:
         stats = {wid: WorkerStats(w.num_steps, w.num_preemptions, w.busy_s, w.pool.num_used)
                  for wid, w in self.workers.items()}
         return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions,
-                         self.prompt_reached_s)
+                         self.prompt_reached_s, self.prompt_prefilled_s)
 
     def _describe_workers(self) -> str:
         return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "

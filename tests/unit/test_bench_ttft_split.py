@@ -48,7 +48,7 @@ def test_a_lone_simulated_prompt_spends_its_prefill_in_the_engine_and_the_measur
     out = ts.split_summary(result.records, engine)
     assert out["medium path"]["median_s"] == pytest.approx(path_s, abs=1e-9)
     assert out["short path"]["median_s"] == pytest.approx(path_s, abs=1e-9)
-    row = {"system": "colocated", "rate": 1.0, "ttft_split": {"live": out, "sim": out}}
+    row = {"system": "colocated", "rate": 1.0, "ttft_split_colocated": {"live": out, "sim": out}}
     table = sf.ttft_split_table([row], buckets=["medium"])
     assert "medium engine live / sim ms" in table and table.rstrip().endswith("15.0 / 15.0 (1) |")
 
@@ -70,8 +70,35 @@ def test_the_fidelity_rows_set_the_live_split_from_the_router_log_beside_the_sim
          for r in records]))
     live = json.loads((run_dir / "summary.json").read_text())
     (row,) = sf.run_fidelity(live, None, model_dir, systems=SYSTEMS, live_dir=run_dir, progress=False)
-    split = row["ttft_split"]
+    split = row["ttft_split_colocated"]
     assert sum(v["count"] for k, v in split["live"].items() if k.endswith("engine")) == len(records)
     assert all(v["median_s"] == pytest.approx(0.025) for k, v in split["live"].items() if k.endswith("path"))
     assert set(split["sim"]) == set(split["live"])
     assert "25.0 / " in sf.ttft_split_table([row])
+    assert row["ttft_split_disaggregated"]["live"] == {}  # no request went disaggregated
+
+
+def test_a_disaggregated_request_is_split_at_its_prefill_engine(cal, model_dir):  # noqa: F811
+    """Live: the prefill worker's engine part from the router's log; simulated: the prompt
+    reaching the prefill engine to its prefill done. Alone, that is the prompt's prefill step,
+    and the rest is the path, the hand-over, the transfer and the decode engine's first step."""
+    log = [{"request_id": "s0", "route": "disaggregated", "engine_s": {"prefill": 0.3, "decode": 0.05}},
+           {"request_id": "s1", "route": "disaggregated", "engine_s": {"prefill": None, "decode": 0.05}}]
+    records = [record(0, 0.4, route="disaggregated"), record(1, 0.4, route="disaggregated"), record(2, 0.1)]
+    assert ts.live_engine_ttft(records, log, "disaggregated") == {"r0": 0.3}
+    out = ts.split_summary(records, {"r0": 0.3}, "disaggregated")
+    assert out == {"short prefill engine": {"median_s": pytest.approx(0.3), "count": 1},
+                   "short rest": {"median_s": pytest.approx(0.1), "count": 1}}
+    with pytest.raises(ValueError, match="route must be one of"):
+        ts.live_engine_ttft(records, log, "auto")
+
+    config = sf.sim_config_for("disaggregated", load("disaggregated.yaml"), cal, model_dir)
+    step_model = sf.step_model_from_calibration(cal)
+    workload = Workload("one", (RequestSpec("p", 0.0, 700, 2, "medium"),))
+    result = sf.simulate_system(config, "disaggregated", step_model, workload)
+    (rec,) = result.records
+    assert rec.route == "disaggregated"
+    part = ts.sim_engine_ttft(result.records, result.prompt_reached_s, result.prompt_prefilled_s, "disaggregated")
+    assert part["p"] == pytest.approx(step_model.predict(700), rel=1e-6)
+    assert 0 < rec.ttft_s - part["p"] < rec.ttft_s
+    assert ts.sim_engine_ttft(result.records, result.prompt_reached_s) == {}  # none went colocated
