@@ -21,9 +21,9 @@ holds what the simulator needs of the deployment, measured before the pairs and 
 them (bench.sim_fidelity.measure_deployment; the two show how far the host drifted), so
 `python -m bench.paired_sim --live DIR/summary.json` can set the simulator's ratio beside the
 live one. `bench.host_speed` times its kernel through the whole run (DIR/host_speed.jsonl; each
-measurement records its window), and each row gives the kernel's median per pair: a pair on a
-slower host is told apart from a policy that lost (`bench.paired_sim --speed probe` scales the
-measurements by it).
+measurement records its window), and each row gives the kernel's median during every run, per
+route and pair: a pair whose one run met a slower host is told apart from a policy that lost
+(`bench.paired_sim --speed probe` scales each run's measurements by it).
 """
 from __future__ import annotations
 
@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = run_pairs(dep, rates, args.pairs, args.num_requests, args.output_tokens, out, slo)
         if not args.no_measure:
             origin["measured_after"] = measured_now(dep)
-    rows = paired_rows(runs, rates, slo, read_samples(out / HOST_SPEED_FILE))
+    probe = out / HOST_SPEED_FILE  # absent only if the probe's process never started: no kernel column then
+    rows = paired_rows(runs, rates, slo, read_samples(probe) if probe.exists() else ())
     table = rows_markdown(rows, args.num_requests)
     write_summary(out, {"experiment": "paired", "config": args.config, "rates": rates, "pairs": args.pairs,
                         "num_requests": args.num_requests, "output_tokens": args.output_tokens, **origin,

@@ -136,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--measurements", default="before", choices=sorted(MEASUREMENTS),
                     help="the deployment's measurements from before the pairs or after them")
     ap.add_argument("--speed", default="none", choices=SPEEDS,
-                    help="probe: simulate each pair on the measurements scaled by the host's slowdown "
-                         "during it (bench.host_speed)")
+                    help="probe: simulate each run of each pair on the measurements scaled by the host's "
+                         "slowdown during it (bench.host_speed)")
     ap.add_argument("--out", help="write the rows as JSON here, and the table beside it as .md")
     args = ap.parse_args(argv)
     live_path = Path(args.live)

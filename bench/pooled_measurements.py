@@ -110,8 +110,8 @@ def flat_stretch(records: Sequence[Mapping[str, Any]], probe: str = "load_probe"
 
     Why: each count's point is the median of five probes, and one deployment's went 2.21, 1.34
     and 1.83 at 2, 4 and 8 streams (run 60, colocated), a drop no load explains; across the
-    colocated and adaptive deployments of runs 59-60 the points at one count ran 1.3-2.9. Pooled per count over the
-    colocated and adaptive deployments of runs 59, 60 and 61 they were 1.55 / 1.66 / 1.72,
+    colocated and adaptive deployments of runs 59-60 the points at one count ran 1.3-2.9.
+    Pooled per count over those deployments of runs 59, 60 and 61 they were 1.55 / 1.66 / 1.72,
     2.24 / 1.84 / 1.63 and 1.48 / 1.86 / 1.61 at 2 / 4 / 8 streams: no steady growth with the
     count (likely because what takes the prefill's core share is the other engine's loop,
     spinning once it steps at all, more than the tokens streamed), so the counts are pooled."""
@@ -136,7 +136,8 @@ def with_flat_stretch(record: Mapping[str, Any], factors: Mapping[str, float | N
 
 
 def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
-                          shape_of: Mapping[str, str], stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
+                          shape_of: Mapping[str, str],
+                          stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
     """Per round, label -> the record to simulate it with (module docstring, the hardware form):
     the step model's coefficients pooled over every record, the other figures over the records
     of the labels of the same `shape_of[label]` (any key naming a deployment's workers);
@@ -193,7 +194,8 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
 
 
 def hardware_measurements_for(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
-                              systems: Mapping[str, str], stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
+                              systems: Mapping[str, str],
+                              stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
     """`hardware_measurements` over the records of `systems` (label -> deployment config) only,
     each shaped by its config's workers (`deployment_shapes`)."""
     shapes = deployment_shapes(systems)
