@@ -53,8 +53,8 @@ form reads the prefill's stretch beside streams as one factor over the alike dep
 
 Beside the errors it prints where they lie: the mean token gap by what overlapped it
 (`bench.token_gaps`), a decode step's excess by batch with nothing else on the host, and each
-colocated request's TTFT split into the engine's part and the request path per length bucket
-(`bench.ttft_split`).
+request's TTFT split per length bucket (`bench.ttft_split`): a colocated one into its engine's
+part and the request path, a disaggregated one into its prefill engine's part and the rest.
 """
 from __future__ import annotations
 
