@@ -593,6 +593,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
         deployment = yaml.safe_load(Path(path).read_text())
+        # The router's log (bench.ttft_split) holds every rate's requests: read once per system.
+        log_path = live_dir / label / "predictions.json" if live_dir else None
+        log = json.loads(log_path.read_text()) if log_path is not None and log_path.is_file() else None
         t0 = time.perf_counter()
         for rate in live["rates"]:
             key = f"rate={rate:g}"
@@ -613,9 +616,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 parsed = [RequestRecord.from_dict(d) for d in live_records]
                 live_gaps = gap_summary(classify_gaps(parsed))
                 live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
-                log_path = live_dir / label / "predictions.json"
-                if log_path.is_file():
-                    log = json.loads(log_path.read_text())
+                if log is not None:
                     live_split = {route: split_summary(parsed, live_engine_ttft(parsed, log, route), route)
                                   for route in SPLIT_ROUTES}
             result = simulate_system(config, label, step_model, workload)

@@ -11,8 +11,9 @@ pooled). `--speed probe-runs` takes the kernel's median over every run of the sw
 the measurements idle the engines between their bursts, and the kernel itself ran about 20%
 slower in those windows than during the runs (run 59: 1.81-2.29 ms against 1.73-2.04), which
 `probe` reads as the runs' host being faster; `probe-runs` assumes the pooled measurements
-describe the sweep's typical host and scales each run by how far it ran from it. Ratios (the prefill's stretch beside streams, cores) are left as measured, and so is
-the link: a transfer over host memory is mostly copying, which the kernel does not time.
+describe the sweep's typical host and scales each run by how far it ran from it. Ratios (the
+prefill's stretch beside streams, cores) are left as measured, and so is the link: a transfer
+over host memory is mostly copying, which the kernel does not time.
 Nothing here is fitted to the runs' results: the runs' records give only their start and end.
 """
 from __future__ import annotations
