@@ -28,6 +28,14 @@ needed: where a prefill-only engine prefills beside the engine that streams (dis
 hybrid), a token gap took 3-5 ms longer than with it idle (live, e.g. 10.4 against 5.9 ms on
 disaggregated at 4 req/s), and the decode bursts of `bench.host_cpu`, which never run a prefill,
 cannot see it: the simulator added 0-1.5 ms.
+
+Given each probe's parts inside its engines (the router's log: the prefill engine's part and the
+decode engine's, `engine_parts`), the probe's window is split in two where its prefill ended: the
+prefill, and the hand-over (the way to the decode engine, the KV load and the decode engine's
+first step). A decode step loses something in each (`decode_beside`, `decode_handover`). Run 61
+shows why the second is needed: on disaggregated at 4.48 req/s a stream's token gap took 23-26
+ms while a request was on its way into the decode engine and 14-15 ms with none, where the
+simulator, which charged the hand-over only to the link and the request path, added 1 ms.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 PROBE_PROMPT_TOKENS = 1024
 REPEATS = 5
@@ -51,6 +59,9 @@ SETTLE_S = 0.5  # after the background streams start, before the first probe
 OUTSIDE_MARGIN_S = 0.02
 MIN_GAPS = 10  # fewer gaps on either side of a count: no figure for that count
 PAUSE_S = 0.2  # between probes
+# Of a probe's time outside its engines (TTFT less the two engines' parts), the share before the
+# prefill engine: one of three like hops (to the prefill engine, on to the decode engine, back).
+HEAD_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -59,19 +70,24 @@ class LoadStretch:
     `samples`: every probe's TTFT in seconds by streams (0 included); `decode_beside`:
     (background streams, seconds a token gap took longer beside the probe's prefill than away
     from it), for the counts with enough gaps (module docstring); `gap_counts`: (inside, outside)
-    gaps by streams."""
+    gaps by streams; `decode_handover` and `handover_gap_counts`: the same for the probe's
+    hand-over, when the probe's engine parts were known (module docstring)."""
 
     points: tuple[tuple[int, float], ...]
     probe_prompt_tokens: int
     samples: dict[int, list[float]]
     decode_beside: tuple[tuple[int, float], ...] = ()
     gap_counts: dict[int, tuple[int, int]] | None = None
+    decode_handover: tuple[tuple[int, float], ...] = ()
+    handover_gap_counts: dict[int, tuple[int, int]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"points": [list(p) for p in self.points], "probe_prompt_tokens": self.probe_prompt_tokens,
                 "samples": {str(k): v for k, v in self.samples.items()},
                 "decode_beside": [list(p) for p in self.decode_beside],
-                "gap_counts": {str(k): list(v) for k, v in (self.gap_counts or {}).items()}}
+                "gap_counts": {str(k): list(v) for k, v in (self.gap_counts or {}).items()},
+                "decode_handover": [list(p) for p in self.decode_handover],
+                "handover_gap_counts": {str(k): list(v) for k, v in (self.handover_gap_counts or {}).items()}}
 
 
 def stretch_points(samples: dict[int, Sequence[float]]) -> tuple[tuple[int, float], ...]:
@@ -114,6 +130,19 @@ def split_gaps(token_times: Sequence[Sequence[float]], windows: Sequence[tuple[f
             elif all(mid < s - margin_s or mid > e + margin_s for s, e in windows):
                 outside.append(b - a)
     return inside, outside
+
+
+def split_window(sent: float, first: float, prefill_s: float, decode_s: float,
+                 head_share: float = HEAD_SHARE) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(prefill, hand-over) windows of one disaggregated probe sent at `sent` whose first token
+    came at `first`, from its parts inside the prefill and the decode engine: the prefill starts
+    after `head_share` of the time outside both engines and lasts `prefill_s`; the hand-over runs
+    from there to the first token."""
+    if prefill_s < 0 or decode_s < 0 or first < sent:
+        raise ValueError(f"a probe's window and parts must be >= 0, got {sent, first, prefill_s, decode_s}")
+    start = sent + max(0.0, first - sent - prefill_s - decode_s) * head_share
+    end = min(start + prefill_s, first)
+    return (start, end), (end, first)
 
 
 def beside_excess(inside: Sequence[float], outside: Sequence[float], min_gaps: int = MIN_GAPS) -> float | None:
@@ -165,52 +194,76 @@ class BackgroundStreams:
 
 
 def probe_window(stream: Callable[..., Any], vocab_size: int, salt: int,
-                 num_tokens: int = PROBE_PROMPT_TOKENS, route: str = "auto") -> tuple[float, float]:
-    """(sent, first token), `time.time()` seconds, of one `num_tokens` prompt with one output
-    token, sent by the benchmarks' own client (`bench.run.run_workload`) on `route`; `salt`
-    makes its prompt its own."""
+                 num_tokens: int = PROBE_PROMPT_TOKENS, route: str = "auto") -> tuple[float, float, str | None]:
+    """(sent, first token, the server's request id), `time.time()` seconds, of one `num_tokens`
+    prompt with one output token, sent by the benchmarks' own client (`bench.run.run_workload`)
+    on `route`; `salt` makes its prompt its own."""
     from bench.run import run_workload
     from bench.workloads import fixed
 
     (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, route=route, progress=False, salt=salt)
     if record.ttft_s is None or record.first_token_s is None:
         raise RuntimeError(f"the load probe failed: {record.error or 'no token came back'}")
-    return record.arrival_s, record.first_token_s
+    return record.arrival_s, record.first_token_s, record.served_id
 
 
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                          streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE, route: str = "auto",
-                         salt_base: int = 0, head_s: float = 0.0) -> LoadStretch:
+                         salt_base: int = 0, head_s: float = 0.0,
+                         engine_parts: Callable[[], Mapping[str, tuple[float, float]]] | None = None) -> LoadStretch:
     """The probe on `dep`, which must be otherwise idle (see the module docstring), sent on
     `route`. A second probe of the same deployment needs another `salt_base` (under 1000 -
     `repeats`): a prompt it sent before would come from the engine's prefix cache. `head_s`:
-    the probe's request path, the part of its TTFT not beside its prefill."""
+    the probe's request path, the part of its TTFT not beside its prefill. `engine_parts`, when
+    given, returns (prefill engine's part, decode engine's part) in seconds by the server's
+    request id for the disaggregated requests served so far (the router's log); the probes found
+    there are split into prefill and hand-over (`split_window`), and `head_s` is not used for them."""
     from schedulers.candidates import DECODE_ROLES
 
     num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
     samples: dict[int, list[float]] = {}
     decode_beside: list[tuple[int, float]] = []
     gap_counts: dict[int, tuple[int, int]] = {}
+    decode_handover: list[tuple[int, float]] = []
+    handover_gap_counts: dict[int, tuple[int, int]] = {}
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
     probe_window(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
         background = BackgroundStreams(dep.stream, count, dep.vocab_size, f"load-bg-{count}")
-        windows = []
+        probes = []  # (sent, first token, server's id)
         try:
             if count:
                 time.sleep(SETTLE_S)
             for rep in range(repeats):
-                sent, first = probe_window(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route)
-                samples.setdefault(count, []).append(first - sent)
-                windows.append((min(sent + head_s, first), first))
+                probe = probe_window(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route)
+                samples.setdefault(count, []).append(probe[1] - probe[0])
+                probes.append(probe)
                 time.sleep(PAUSE_S)
         finally:
             background.stop()
         if count:
+            parts = engine_parts() if engine_parts is not None else {}
+            windows, handovers = [], []
+            for sent, first, served_id in probes:
+                if served_id in parts:
+                    prefill, handover = split_window(sent, first, *parts[served_id])
+                    windows.append(prefill)
+                    handovers.append(handover)
+                else:
+                    windows.append((min(sent + head_s, first), first))
             # A request's first gap holds its KV transfer on a disaggregated route: left out.
-            inside, outside = split_gaps([t[1:] for t in background.token_times], windows)
-            gap_counts[count] = (len(inside), len(outside))
-            excess = beside_excess(inside, outside)
-            if excess is not None:
-                decode_beside.append((count, excess))
-    return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts)
+            gaps = [t[1:] for t in background.token_times]
+            # "outside" is away from every probe's whole window, its hand-over included
+            whole = [(sent, first) for sent, first, _ in probes]
+            for measured, counts, spans in ((decode_beside, gap_counts, windows),
+                                            (decode_handover, handover_gap_counts, handovers)):
+                if not spans:
+                    continue
+                inside, _ = split_gaps(gaps, spans)
+                _, outside = split_gaps(gaps, whole)
+                counts[count] = (len(inside), len(outside))
+                excess = beside_excess(inside, outside)
+                if excess is not None:
+                    measured.append((count, excess))
+    return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts,
+                       tuple(decode_handover), handover_gap_counts)

@@ -122,10 +122,12 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "neighbour+cpu": ("num_cores", "cpu_s_per_token"),
                                           "none": ()}
 HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_excess_spin_s")
+HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin")
-BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin")
-PATH_CORES_FORMS = ("path-cores", "spin")
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover")
+BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover")
+PATH_CORES_FORMS = ("path-cores", "spin", "handover")
+HANDOVER_FORMS = ("handover",)
 SPIN_FORMS = ("spin",)
 PATH_SLOPE_FORMS = ("load-path",)
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
@@ -239,6 +241,8 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     calibration is kept in the record as well (`router_calibration`): the difference between the
     two is what each engine's steps lose to the other engine's at the same moment, the input a
     host model that charges a step for its neighbour's work would need."""
+    import ray
+
     from pd_serve.deployment import calibrate_engines
 
     router_calibration = dep.calibration.summary() if dep.calibration is not None else None
@@ -259,22 +263,40 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     # The probe's request path (head_s): with a prefill-only engine and no other prefilling one,
     # every probe goes disaggregated.
     auto_head_s = path.disaggregated_s if ROLE_BOTH not in roles else path.colocated_s
-    load = measure_load_stretch(dep, head_s=auto_head_s or 0.0)
+    parts = (lambda: engine_parts(ray.get(dep.router.prediction_errors.remote()))) if ROLE_PREFILL in roles else None
+    load = measure_load_stretch(dep, head_s=auto_head_s or 0.0, engine_parts=parts)
     _print_stretch("prefill beside streams", load)
     host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
     if ROLE_PREFILL in roles:
         # A prefill-only engine streams nothing itself. Where the router may also prefill on an
         # engine that streams, the probe above may not have gone to it: send it there.
         beside = load if ROLE_BOTH not in roles else measure_load_stretch(
-            dep, route=ROUTE_DISAGGREGATED, salt_base=BESIDE_SALT, head_s=path.disaggregated_s or 0.0)
+            dep, route=ROUTE_DISAGGREGATED, salt_base=BESIDE_SALT, head_s=path.disaggregated_s or 0.0,
+            engine_parts=parts)
         if beside is not load:
             _print_stretch("prefill on the prefill-only engine beside streams", beside)
         print("    decode beside the prefill-only engine's prefill: "
               + (", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in beside.decode_beside) or "too few gaps"),
               file=sys.stderr, flush=True)
+        print("    decode while a request is handed over to its engine: "
+              + (", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in beside.decode_handover) or "too few gaps"),
+              file=sys.stderr, flush=True)
         host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
-                           decode_beside_prefill=[list(p) for p in beside.decode_beside])
+                           decode_beside_prefill=[list(p) for p in beside.decode_beside],
+                           decode_beside_handover=[list(p) for p in beside.decode_handover])
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
+
+
+def engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
+    """The router's log (`prediction_errors`) as server request id -> (prefill engine's part,
+    decode engine's part) of each disaggregated request whose engines timed both."""
+    out = {}
+    for entry in log:
+        parts = entry.get("engine_s") or {}
+        if entry.get("route") == ROUTE_DISAGGREGATED and parts.get("prefill") is not None \
+                and parts.get("decode") is not None:
+            out[entry["request_id"]] = (float(parts["prefill"]), float(parts["decode"]))
+    return out
 
 
 def _stretch_text(points: Sequence[Sequence[float]]) -> str:
@@ -366,6 +388,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form 'load-beside' needs what a decode step loses beside the "
                          f"prefill-only engine's prefill (`bench.host_load`, measured since run 30); this "
                          f"record has none: pass --host load-batch for it")
+    if (host_form in HANDOVER_FORMS and host_spec and ROLE_PREFILL in cfg.role_counts()
+            and "decode_beside_handover" not in host_spec):
+        raise ValueError(f"{label}: host form {host_form!r} needs what a decode step loses while a request is "
+                         f"handed over to its engine (`bench.host_load`'s decode_handover, measured since stop "
+                         f"35); this record has none: pass --host path-cores for it")
     if (host_form in SPIN_FORMS and host_spec and "step_excess_quiet_s" not in host_spec
             and "step_excess_spin_s" not in host_spec):
         raise ValueError(f"{label}: host form {host_form!r} needs the lone stream's excess by whether the "

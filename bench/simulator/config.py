@@ -149,13 +149,16 @@ class HostConfig(_Strict):
     load_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
     # (streams, seconds) a streaming step loses while a prefill-only engine prefills
     decode_beside_prefill: list[tuple[int, float]] = Field(default_factory=list)
+    # (streams, seconds) a streaming step loses while a request is handed over to its engine
+    decode_beside_handover: list[tuple[int, float]] = Field(default_factory=list)
     path_cores: float = Field(0.0, ge=0)  # the cores a request on its request path keeps busy
     # the lone stream's excess with every other engine idle past the spin window / within it
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
 
     def spec(self) -> HostSpec:
-        keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill")
+        keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
+                "decode_beside_handover")
         values = self.model_dump(exclude={"neighbour", *keys})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

@@ -111,6 +111,14 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   colocated's: the simulator took hybrid's mean TPOT 18-37% low. The probe now measures both
   (`bench.neighbour_spin`: sets of lone streams after a quiet spell past the window, with the
   other engines left idle or stepped every `STEP_EVERY_S`).
+- handover (`decode_beside_handover` set besides; `--host handover`): as path-cores, and a
+  step that streams on an engine into which a disaggregated request is being handed over (from
+  the end of its prefill to its first token there: the way from the prefill engine, the KV load
+  and the first step) takes longer by what the background streams' token gaps grew by inside
+  the load probe's hand-over (`bench.host_load`, read as load-beside reads its points). Live
+  (run 61, disaggregated at 4.48 req/s) such a gap took 23-26 ms against 14-15 ms with no
+  hand-over, and the path-cores form gave it 1 ms more: the hand-over's share of a core spread
+  over both cores, where the decode engine's own processes take the new request in.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -141,7 +149,9 @@ class HostSpec:
     nothing itself, beside the streams of the others (`load_factor(streams, beside=True)`);
     without them, `load_stretch` stands for both. `decode_beside_prefill`: (streams, seconds)
     points, what a step streaming that many loses while a prefill-only engine prefills
-    (`beside_prefill_s`). `path_cores`: the cores a request keeps busy while it is on its
+    (`beside_prefill_s`). `decode_beside_handover`: the same for a step on an engine into which
+    a disaggregated request is being handed over (from its prefill's end to its first token;
+    `beside_handover_s`). `path_cores`: the cores a request keeps busy while it is on its
     request path (`path_factor`). `step_excess_quiet_s` / `step_excess_spin_s`: the lone
     stream's excess with every other engine idle for longer than `SPIN_WINDOW_S` / with one
     idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case."""
@@ -157,6 +167,7 @@ class HostSpec:
     load_stretch: tuple[tuple[int, float], ...] = ()
     load_stretch_beside: tuple[tuple[int, float], ...] = ()
     decode_beside_prefill: tuple[tuple[int, float], ...] = ()
+    decode_beside_handover: tuple[tuple[int, float], ...] = ()
     path_cores: float = 0.0
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
@@ -172,6 +183,7 @@ class HostSpec:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
         _check_counts("step_excess_batch", self.step_excess_batch, above=2)
         _check_counts("decode_beside_prefill", self.decode_beside_prefill, above=0)
+        _check_counts("decode_beside_handover", self.decode_beside_handover, above=0)
         for name in ("load_stretch", "load_stretch_beside"):
             points = getattr(self, name)
             _check_counts(name, points, above=0)
@@ -197,7 +209,14 @@ class HostSpec:
         """What a step streaming `num_streams` takes longer while a prefill-only engine prefills:
         the measured points joined linearly, below the first count at the first, beyond the last
         along its last segment; never below 0 (a measured point below 0 is noise)."""
-        points = self.decode_beside_prefill
+        return self._beside_s(self.decode_beside_prefill, num_streams)
+
+    def beside_handover_s(self, num_streams: int) -> float:
+        """What a step streaming `num_streams` takes longer while a request is handed over to its
+        engine, read from `decode_beside_handover` as `beside_prefill_s` reads its points."""
+        return self._beside_s(self.decode_beside_handover, num_streams)
+
+    def _beside_s(self, points: tuple[tuple[int, float], ...], num_streams: int) -> float:
         if not self.is_modelled or not points or num_streams <= 0:
             return 0.0
         if len(points) == 1 or num_streams <= points[0][0]:

@@ -111,6 +111,9 @@ class Simulator:
         # Prefill steps in flight that the host's load stretches as it changes (stretch.py), and
         # each worker's step number: a STEP_DONE for an earlier end of a re-stretched step is stale.
         self._stretched: dict[str, StretchedStep] = {}
+        # per decode worker, the disaggregated requests handed over to it (prefill done) that
+        # have not yet had their first token there: the host's beside_handover_s
+        self._incoming: dict[str, int] = {}
         self._step_number: dict[str, int] = {wid: 0 for wid in self.workers}
         self._num_paths = 0  # requests on their request path (a DISPATCH queued): the host's path_factor
         self.prompt_reached_s: dict[str, float] = {}  # SimResult.prompt_reached_s
@@ -195,6 +198,8 @@ class Simulator:
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                             plan.duration_s * factor if plan.chunks else plan.duration_s,
                                             self._neighbour_spinning(worker_id, now_s))
+                if plan.decodes and self._incoming.get(worker_id):
+                    delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
                 if plan.chunks or host.path_cores > 0:
@@ -292,7 +297,9 @@ class Simulator:
             record.token_times.append(now_s)
             if record.first_token_s is None:
                 record.first_token_s = now_s
-                if job.decision.route != ROUTE_DISAGGREGATED:
+                if job.decision.route == ROUTE_DISAGGREGATED:  # its hand-over ends with this token
+                    self._incoming[worker_id] -= 1
+                else:
                     self.router.prefilled(worker_id, record.request_id, now_s)
             if outcome == FINISHED:
                 record.finish_s = now_s
@@ -320,6 +327,7 @@ class Simulator:
         self.router.prefilled(prefill_id, job.record.request_id, now_s)
         self.router.done(prefill_id)
         decode_id = job.decision.decode_worker
+        self._incoming[decode_id] = self._incoming.get(decode_id, 0) + 1
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
         self.router.sent(decode_id, job.record.request_id, 0)

@@ -23,6 +23,7 @@ from bench.metrics import SloSpec
 from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
+from bench.sim_fidelity import engine_parts
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
@@ -311,14 +312,22 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     factors = [f for _, f in stretch.points]
     assert factors == sorted(factors) and all(0 < f < 10 for f in factors), stretch.points
     # The probe sent to the prefill-only engine (bench.sim_fidelity measures it there too).
+    # Split where each probe's prefill ended, by the engines' own timestamps in the router's log.
     beside = measure_load_stretch(hybrid, repeats=2, streams_per_engine=(1,), route="disaggregated",
-                                  salt_base=100)
+                                  salt_base=100, engine_parts=lambda: engine_parts(
+                                      ray.get(hybrid.router.prediction_errors.remote())))
     assert [n for n, _ in beside.points] == [engines] and min(beside.samples[0]) > 0, beside.samples
     # The stream's token gaps inside the probe's prefill and away from it were both timed (about
     # 20 and 40 of them), and what a decode step lost beside the prefill is a few milliseconds.
     inside, outside = beside.gap_counts[engines]
     assert inside > 0 and outside > 0, beside.gap_counts
     assert all(abs(e) < 0.05 for _, e in beside.decode_beside), beside.decode_beside
+    # The probes were found in the router's log with both engines' parts, so their hand-over (the
+    # way to the decode engine, the KV load, the first step) was timed apart; it lasts a few
+    # token gaps, so a handful of gaps at most fall inside.
+    _, outside = beside.handover_gap_counts[engines]
+    assert outside > 0, beside.handover_gap_counts
+    assert all(abs(e) < 0.05 for _, e in beside.decode_handover), beside.decode_handover
     workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers

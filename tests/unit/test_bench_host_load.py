@@ -10,7 +10,7 @@ import pytest
 
 import bench.host_load as host_load
 from bench.host_load import (BackgroundStreams, beside_excess, measure_load_stretch, non_decreasing, split_gaps,
-                             stretch_points)
+                             split_window, stretch_points)
 
 
 def test_the_stretch_is_each_counts_median_over_the_median_alone():
@@ -149,13 +149,21 @@ class PrefillingFake(FakeDeployment):
             finally:
                 with self.lock:
                     self.prefilling -= 1
+            result = self.after_prefill(route)
             yield {"type": "token", "token_ids": [1]}
-            yield {"type": "result", "result": self.result(route, 1)}
+            yield {"type": "result", "result": result}
             return
         for _ in range(min(max_tokens, 20)):
-            time.sleep(self.STEP_S + (self.SLOWER_S if self.prefilling else 0.0))
+            time.sleep(self.STEP_S + self.slower_s())
             yield {"type": "token", "token_ids": [1]}
         yield {"type": "result", "result": self.result(route, min(max_tokens, 20))}
+
+    def slower_s(self) -> float:
+        return self.SLOWER_S if self.prefilling else 0.0
+
+    def after_prefill(self, route: str) -> SimpleNamespace:
+        """The probe's result, made once its prefill is done, before its token comes."""
+        return self.result(route, 1)
 
     @staticmethod
     def result(route: str, n: int) -> SimpleNamespace:
@@ -176,3 +184,61 @@ def test_the_probe_measures_what_a_decode_step_loses_beside_its_prefill(monkeypa
     # Timer noise aside, the fake's gaps grow from 5 to 10 ms while a probe prefills.
     assert excess == pytest.approx(PrefillingFake.SLOWER_S, rel=0.4)
     assert stretch.to_dict()["decode_beside"] == [[2, excess]]
+
+
+def test_a_probe_window_splits_where_its_prefill_ended():
+    # 0.3 s outside both engines, a third of it before the prefill engine
+    prefill, handover = split_window(10.0, 10.8, prefill_s=0.4, decode_s=0.1)
+    assert prefill == pytest.approx((10.1, 10.5)) and handover == pytest.approx((10.5, 10.8))
+    # parts longer than the TTFT (clocks apart): the prefill starts at once and ends by the token
+    prefill, handover = split_window(10.0, 10.3, prefill_s=0.4, decode_s=0.1)
+    assert prefill == pytest.approx((10.0, 10.3)) and handover == pytest.approx((10.3, 10.3))
+    with pytest.raises(ValueError):
+        split_window(10.0, 9.0, 0.1, 0.1)
+
+
+class HandingOverFake(PrefillingFake):
+    """As PrefillingFake, and after its prefill a probe is handed over for HANDOVER_S, while the
+    other requests' tokens come HANDOVER_SLOWER_S later; `engine_parts` is the router's log."""
+
+    HANDOVER_S, HANDOVER_SLOWER_S = 0.15, 0.015
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handing_over = 0
+        self.served: list[str] = []
+
+    def slower_s(self) -> float:
+        return super().slower_s() + (self.HANDOVER_SLOWER_S if self.handing_over else 0.0)
+
+    def after_prefill(self, route: str) -> SimpleNamespace:
+        with self.lock:
+            self.handing_over += 1
+        try:
+            time.sleep(self.HANDOVER_S)
+        finally:
+            with self.lock:
+                self.handing_over -= 1
+        self.served.append(f"probe-{len(self.served)}")
+        return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
+
+    def engine_parts(self):
+        return {rid: (self.PREFILL_S, self.HANDOVER_S) for rid in self.served}
+
+
+def test_the_probe_measures_what_a_decode_step_loses_while_a_request_is_handed_over(monkeypatch):
+    monkeypatch.setattr(host_load, "SETTLE_S", 0.05)
+    monkeypatch.setattr(host_load, "PAUSE_S", 0.05)
+    dep = HandingOverFake()
+    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), engine_parts=dep.engine_parts)
+    (count, beside), = stretch.decode_beside
+    (_, handover), = stretch.decode_handover
+    assert count == 2 and min(stretch.handover_gap_counts[2]) >= 10
+    # Timer noise aside: 5 ms slower beside the prefill, 15 ms while handed over; neither window
+    # takes the other's gaps.
+    assert beside == pytest.approx(HandingOverFake.SLOWER_S, rel=0.5)
+    assert handover == pytest.approx(HandingOverFake.HANDOVER_SLOWER_S, rel=0.4)
+    assert stretch.to_dict()["decode_handover"] == [[2, handover]]
+    # Without the parts the whole window is one, as before, and no hand-over is measured.
+    plain = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), salt_base=100)
+    assert plain.decode_handover == () and plain.decode_beside

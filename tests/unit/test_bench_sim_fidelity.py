@@ -375,6 +375,34 @@ def test_the_spin_form_is_path_cores_with_the_lone_excess_by_the_spin_window(cal
         host_of("spin", {**record, "host": host})
 
 
+def test_the_handover_form_is_path_cores_with_the_decode_excess_while_a_request_is_handed_over(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01}
+    record = {**cal, "host": {**host, "decode_beside_handover": [[1, 0.009], [2, 0.011]]},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    handover = host_of("disaggregated", "disaggregated.yaml", "handover")
+    assert handover == replace(host_of("disaggregated", "disaggregated.yaml", "path-cores"),
+                               decode_beside_handover=((1, 0.009), (2, 0.011)))
+    assert host_of("disaggregated", "disaggregated.yaml", "path-cores").decode_beside_handover == ()
+    with pytest.raises(ValueError, match="--host path-cores"):  # a record from before it was measured
+        host_of("hybrid adaptive", "hybrid.yaml", "handover", {**record, "host": host})
+    # Without a prefill-only engine nothing is handed over to measure, and nothing is missing.
+    assert host_of("colocated", "colocated.yaml", "handover", {**record, "host": host}) == host_of(
+        "colocated", "colocated.yaml", "path-cores", {**record, "host": host})
+
+
+def test_the_routers_log_gives_each_disaggregated_requests_engine_parts():
+    log = [{"request_id": "a", "route": "disaggregated", "engine_s": {"prefill": 0.2, "decode": 0.03}},
+           {"request_id": "b", "route": "colocated", "engine_s": {"decode": 0.1}},
+           {"request_id": "c", "route": "disaggregated", "engine_s": {"prefill": 0.2}},  # the decode kept no stats
+           {"request_id": "d", "route": "disaggregated"}]
+    assert sf.engine_parts(log) == {"a": (0.2, 0.03)}
+
+
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
