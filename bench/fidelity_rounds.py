@@ -33,6 +33,7 @@ from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from bench.pooled_measurements import DEFAULT_STRETCH, MEASUREMENTS, hardware_measurements_for, pooled_measurements
+from bench.rate_rounds import round_summaries
 from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
 from bench.host_speed import read_samples
 from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
@@ -80,7 +81,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     if len(top["round_dirs"]) < 2:
         raise ValueError(f"{rounds_path}: {len(top['round_dirs'])} round; the held-out view needs two or more")
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
-    summaries = [json.loads((rounds_path.parent / name / "summary.json").read_text()) for name in top["round_dirs"]]
+    summaries = round_summaries(rounds_path, top)
     measured = [live.get("measured") or {} for live in summaries]
     per_round: list[dict[str, Any]] | None = None
     if measurements == "pooled":

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, load_yaml, rates_workload
-from bench.host_speed import read_samples, slowdown
+from bench.host_speed import read_samples
 from bench.metrics import SloSpec, num_within_slos, pooled_summary, write_json, write_markdown
 from bench.paired import ROUTES
-from bench.speed_scaled import scaled_calibration
+from bench.speed_scaled import scaled_calibration, slowdowns
 from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for,
                                 simulate_system, step_model_from_calibration)
 
@@ -56,15 +56,13 @@ def pair_slowdowns(live: Mapping[str, Any], live_dir: Path,
     if not reference:
         raise ValueError(f"the measurements {measurements} the pairs have no window_s to compare the host with")
     samples = read_samples(live_dir / live["host_speed"])
-    out = []
-    for row in live["rows"]:
-        factors = [{route: slowdown(samples, window, [reference]) for route, window in zip(ROUTES, windows)}
-                   for windows in zip(*(row["windows_s"][route] for route in ROUTES))]
-        if any(f is None for pair in factors for f in pair.values()):
-            raise ValueError(f"at {row['rate']:g} req/s the host probe has too few samples in a run or in "
-                             f"the measurement window")
-        out.append(factors)
-    return out
+    # each pair as speed_scaled.slowdowns takes a round: (route, rate) -> that run's window
+    num_pairs = min((len(row["windows_s"][route]) for row in live["rows"] for route in ROUTES), default=0)
+    runs = [{(route, row["rate"]): tuple(row["windows_s"][route][p]) for row in live["rows"] for route in ROUTES}
+            for p in range(num_pairs)]
+    per_pair = slowdowns(samples, runs, lambda p, route: [reference], "pair")
+    return [[{route: per_pair[p][(route, row["rate"])] for route in ROUTES} for p in range(num_pairs)]
+            for row in live["rows"]]
 
 
 def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model: str,

@@ -16,12 +16,23 @@ and `bench.token_gaps` read as they read any sweep.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from bench.metrics import RequestRecord, SloSpec, num_within_slos, pooled_summary
 
 # records per round: system label -> workload name ("rate=<r>") -> that run's records
 RoundRecords = Mapping[str, Mapping[str, Sequence[RequestRecord]]]
+
+
+def round_summaries(live_path: Path, live: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each round's summary of the sweep whose top summary `live` was read from `live_path`
+    (DIR/round_<k>/summary.json); a single-round sweep's is `live` itself."""
+    names = live.get("round_dirs")
+    if not names:
+        return [dict(live)]
+    return [json.loads((Path(live_path).parent / name / "summary.json").read_text()) for name in names]
 
 
 def rotated(labels: Sequence[str], k: int) -> list[str]:

@@ -24,6 +24,7 @@ import yaml
 from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
 from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
+from bench.rate_rounds import round_summaries
 from bench.sim_fidelity import _default_model_dir, sim_config_for, simulate_system, step_model_from_calibration, systems_of
 from pd_serve.report import format_table
 
@@ -33,9 +34,7 @@ FORMS = ("hardware", "own")
 def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: str,
                        stretch: str = DEFAULT_STRETCH) -> list[dict[str, Any]]:
     """Per round (one for a single sweep), label -> the record the simulator uses."""
-    names = live.get("round_dirs")
-    summaries = [json.loads((live_path.parent / n / "summary.json").read_text()) for n in names] if names else [live]
-    measured = [s.get("measured") or {} for s in summaries]
+    measured = [s.get("measured") or {} for s in round_summaries(live_path, live)]
     if not any(measured):
         raise ValueError(f"{live_path}: the sweep recorded no measurements of its deployments")
     if measurements == "own":
@@ -86,13 +85,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--measurements", choices=FORMS, default="hardware",
                     help="the measurements pooled as bench.sim_fidelity pools them (hardware), or each round's own")
     ap.add_argument("--seeds", type=int, default=1, help="draws of the mix: the first is the live loop's")
-    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=DEFAULT_STRETCH,
-                    help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch reads it")
+    ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,
+                    help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch "
+                         f"reads it ({DEFAULT_STRETCH} unless given)")
     args = ap.parse_args(argv)
+    if args.stretch is not None and args.measurements != "hardware":
+        # each round's own record holds its probe's points as measured: there is nothing to read
+        print("bench.sim_capacity: --stretch applies to --measurements hardware", file=sys.stderr)
+        return 2
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     try:
-        rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch)
+        rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch or DEFAULT_STRETCH)
     except ValueError as err:
         print(f"bench.sim_capacity: {err}", file=sys.stderr)
         return 2

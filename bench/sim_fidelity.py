@@ -711,6 +711,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
         line += "; prefill beside streams " + _stretch_text(host["load_stretch"])
     if host.get("load_stretch_beside"):
         line += "; on the prefill-only engine " + _stretch_text(host["load_stretch_beside"])
+    for key, what in (("decode_beside_prefill", "its prefill"), ("decode_beside_handover", "a hand-over")):
+        if host.get(key):
+            line += f"; decode step beside {what} " + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in host[key])
     return line
 
 
@@ -724,10 +727,11 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     round held against the others' live pool (bench.fidelity_rounds)."""
     from bench.fidelity_rounds import fidelity_over_rounds, held_out_table
     from bench.live_spread import spread_table
+    from bench.rate_rounds import round_summaries
 
     cal = json.loads(Path(args.calibration).read_text()) if args.calibration else None
-    for name in live["round_dirs"]:
-        measured = json.loads((live_path.parent / name / "summary.json").read_text()).get("measured") or {}
+    for name, summary in zip(live["round_dirs"], round_summaries(live_path, live)):
+        measured = summary.get("measured") or {}
         missing = [label for label in systems_of(live) if label not in measured]
         if missing and cal is None:
             print(f"bench.sim_fidelity: {name} holds no measurements of {', '.join(missing)}; give "

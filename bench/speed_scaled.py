@@ -86,16 +86,17 @@ def reference_windows(measured: Sequence[Mapping[str, Mapping[str, Any]]], k: in
 
 
 def slowdowns(samples: Sequence[Sample], runs: Sequence[Mapping[Key, tuple[float, float]]],
-              reference: Callable[[int, str], list[list[float]]]) -> list[dict[Key, float]]:
-    """Per round, (label, rate) -> the host's slowdown during that run against the windows
-    `reference(round, label)`. Raises ValueError where the probe has too few samples in either."""
+              reference: Callable[[int, str], list[list[float]]], what: str = "round") -> list[dict[Key, float]]:
+    """Per round (or whatever `what` names: `bench.paired_sim` passes its pairs), (label, rate) ->
+    the host's slowdown during that run against the windows `reference(round, label)`. Raises
+    ValueError where the probe has too few samples in either."""
     out = []
     for k, round_runs in enumerate(runs):
         factors = {}
         for (label, rate), window in round_runs.items():
             f = slowdown(samples, window, reference(k, label))
             if f is None:
-                raise ValueError(f"round {k}, {label} at {rate:g} req/s: the host probe has too few samples "
+                raise ValueError(f"{what} {k}, {label} at {rate:g} req/s: the host probe has too few samples "
                                  f"in the run or in its reference windows")
             factors[(label, rate)] = f
         out.append(factors)

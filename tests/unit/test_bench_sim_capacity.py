@@ -32,3 +32,27 @@ def test_a_sweep_without_measurements_is_refused(tmp_path, capsys):
     write_summary(path, {})
     assert main(["--live", str(path)]) == 2
     assert "no measurements" in capsys.readouterr().err
+
+
+def test_a_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys, cal):  # noqa: F811
+    path = tmp_path / "own.json"
+    write_summary(path, {"colocated": cal})
+    assert main(["--live", str(path), "--measurements", "own", "--stretch", "counts"]) == 2
+    assert "--stretch applies to --measurements hardware" in capsys.readouterr().err
+
+
+def test_a_rounds_sweep_reads_each_rounds_measurements(tmp_path, cal):  # noqa: F811
+    from bench.rate_rounds import round_summaries
+    from bench.sim_capacity import round_measurements
+    for k, factor in enumerate((1.0, 2.0)):
+        (tmp_path / f"round_{k}").mkdir()
+        write_summary(tmp_path / f"round_{k}" / "summary.json", {"colocated": scaled_calibration(cal, factor)})
+    top = {"experiment": "rates-rounds", "round_dirs": ["round_0", "round_1"], "rates": [1.0],
+           "systems": {"colocated": str(ROOT / "configs/colocated.yaml")}}
+    (tmp_path / "summary.json").write_text(json.dumps(top))
+    assert [s["measured"]["colocated"] for s in round_summaries(tmp_path / "summary.json", top)] == [
+        json.loads(json.dumps(scaled_calibration(cal, f))) for f in (1.0, 2.0)]
+    own = round_measurements(tmp_path / "summary.json", top, "own")
+    assert own[1]["colocated"]["overhead_s"] == pytest.approx(2 * own[0]["colocated"]["overhead_s"])
+    # a single sweep is its own one round
+    assert round_summaries(tmp_path / "round_0" / "summary.json", {"rates": [1.0]}) == [{"rates": [1.0]}]
