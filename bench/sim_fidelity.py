@@ -260,13 +260,13 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           + "".join(f", {_signed_ms(e)} ms with {n}" for n, e in host.step_excess_batch),
           file=sys.stderr, flush=True)
     roles = {info.role for info in dep.infos.values()}
-    # The probe's request path (head_s): with a prefill-only engine and no other prefilling one,
-    # every probe goes disaggregated.
-    auto_head_s = path.disaggregated_s if ROLE_BOTH not in roles else path.colocated_s
+    route = load_probe_route(roles)
+    head_s = path.colocated_s if route == ROUTE_COLOCATED else path.disaggregated_s
     parts = (lambda: engine_parts(ray.get(dep.router.prediction_errors.remote()))) if ROLE_PREFILL in roles else None
-    load = measure_load_stretch(dep, head_s=auto_head_s or 0.0, engine_parts=parts)
+    load = measure_load_stretch(dep, route=route, head_s=head_s or 0.0, engine_parts=parts)
     _print_stretch("prefill beside streams", load)
-    host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict()}
+    host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict(),
+                   "load_probe_route": route}
     if ROLE_PREFILL in roles:
         # A prefill-only engine streams nothing itself. Where the router may also prefill on an
         # engine that streams, the probe above may not have gone to it: send it there.
@@ -285,6 +285,17 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
                            decode_beside_prefill=[list(p) for p in beside.decode_beside],
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
+
+
+def load_probe_route(roles: set[str]) -> str:
+    """The route of the load probe (`bench.host_load`) for a deployment of workers in `roles`:
+    the stretch the simulator reads from it is that of a prefill on an engine that streams, so
+    where there is one the probe is sent there (colocated). Sent on route auto, the adaptive
+    router moved hybrid's probes to the idle prefill-only engine once streams ran on the other
+    (runs 61-63: 132-170 ms beside streams against 124-151 alone, where colocated's engines took
+    190-340 against 127-159), and the simulator priced hybrid's local prefills at x1.12-1.16
+    where colocated's were x1.6-1.9. Without one, every probe goes disaggregated (auto)."""
+    return ROUTE_COLOCATED if ROLE_BOTH in roles else "auto"
 
 
 def engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:

@@ -408,3 +408,9 @@ def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
     assert sf.main(["--live", str(live), "--measurements", "own", "--stretch", "flat"]) == 2
     assert "--stretch applies to --measurements hardware" in capsys.readouterr().err
+
+
+def test_the_load_probe_goes_to_an_engine_that_streams_where_there_is_one():
+    assert sf.load_probe_route({"both"}) == "colocated"
+    assert sf.load_probe_route({"both", "prefill"}) == "colocated"  # hybrid: not to its idle prefill engine
+    assert sf.load_probe_route({"prefill", "decode"}) == "auto"  # disaggregated: every probe goes there
