@@ -290,11 +290,11 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
 def load_probe_route(roles: set[str]) -> str:
     """The route of the load probe (`bench.host_load`) for a deployment of workers in `roles`:
     the stretch the simulator reads from it is that of a prefill on an engine that streams, so
-    where there is one the probe is sent there (colocated). Sent on route auto, the adaptive
-    router moved hybrid's probes to the idle prefill-only engine once streams ran on the other
-    (runs 61-63: 132-170 ms beside streams against 124-151 alone, where colocated's engines took
-    190-340 against 127-159), and the simulator priced hybrid's local prefills at x1.12-1.16
-    where colocated's were x1.6-1.9. Without one, every probe goes disaggregated (auto)."""
+    where there is one the probe is sent there (colocated), not wherever the adaptive router
+    would put it (on hybrid, perhaps the idle prefill-only engine). Without one, every probe
+    goes disaggregated (auto). Hybrid's factor did not move with it (x1.10 on run 64's first
+    round, x1.12-1.16 on route auto in runs 61-63, against colocated's x1.6-2.1): beside the
+    streams of one engine the other core is free, where colocated's two engines both stream."""
     return ROUTE_COLOCATED if ROLE_BOTH in roles else "auto"
 
 

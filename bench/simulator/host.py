@@ -118,7 +118,9 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   the load probe's hand-over (`bench.host_load`, read as load-beside reads its points). Live
   (run 61, disaggregated at 4.48 req/s) such a gap took 23-26 ms against 14-15 ms with no
   hand-over, and the path-cores form gave it 1 ms more: the hand-over's share of a core spread
-  over both cores, where the decode engine's own processes take the new request in.
+  over both cores, where the decode engine's own processes take the new request in. On run 63,
+  the first measured with it, the probe gave +1-6 ms and the form scored 7 of 24 figures
+  pooled against path-cores' 6 (held out 16 of 48 against 17): it is not the default.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
