@@ -33,12 +33,12 @@ Given each probe's parts inside its engines (the router's log: the prefill engin
 decode engine's, `engine_parts`), the probe's window is split in two where its prefill ended: the
 prefill, and the hand-over (the way to the decode engine, the KV load and the decode engine's
 first step). A decode step loses something in each (`decode_beside`, `decode_handover`). Run 61
-shows why the second is needed: on disaggregated at 4.48 req/s a stream's token gap took 23-26
-ms while a request was on its way into the decode engine and 14-15 ms with none, where the
+shows why the second is needed: on disaggregated at 4.48 req/s a stream's token gap took 24-31
+ms while a request was on its way into the decode engine and 14-20 ms with none, where the
 simulator, which charged the hand-over only to the link and the request path, added 1 ms. Run
 63's probes measured +1-6 ms in the hand-over and -1 to +5 ms beside the prefill, where the
-undivided window had given 2-3 ms; its live gaps took 5-7 ms longer in a hand-over (13.1-18.2
-against 7.5-11.6 ms).
+undivided window had given 2-3 ms; its live gaps took 5-7 ms longer in a hand-over (12.3-18.1
+against 7.5-11.6 ms, `bench.handover_gaps`).
 """
 from __future__ import annotations
 

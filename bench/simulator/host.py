@@ -116,7 +116,7 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   the end of its prefill to its first token there: the way from the prefill engine, the KV load
   and the first step) takes longer by what the background streams' token gaps grew by inside
   the load probe's hand-over (`bench.host_load`, read as load-beside reads its points). Live
-  (run 61, disaggregated at 4.48 req/s) such a gap took 23-26 ms against 14-15 ms with no
+  (run 61, disaggregated at 4.48 req/s) such a gap took 24-31 ms against 14-20 ms with no
   hand-over, and the path-cores form gave it 1 ms more: the hand-over's share of a core spread
   over both cores, where the decode engine's own processes take the new request in. On run 63,
   the first measured with it, the probe gave +1-6 ms and the form scored 7 of 24 figures
