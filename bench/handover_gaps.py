@@ -101,6 +101,7 @@ def gaps_table(live: Mapping[tuple[str, str], list[float]], sim: Mapping[tuple[s
 
 def main(argv: Sequence[str] | None = None) -> int:
     from bench.compare import rates_workload
+    from bench.fidelity_rounds import live_records
     from bench.pooled_measurements import DEFAULT_STRETCH, hardware_measurements_for
     from bench.rate_rounds import round_summaries
     from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, engine_parts,
@@ -138,10 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     deployment = yaml.safe_load(Path(systems[args.system]).read_text())
     model = _default_model_dir()
     for rate in summaries[args.round]["rates"]:
-        key = f"rate={rate:g}"
-        records = [RequestRecord.from_dict(d) for d in
-                   json.loads((round_dir / args.system / key.replace("=", "_") / "records.json").read_text())]
-        num_requests, output_tokens = live_run_shape(summaries[args.round]["summaries"][args.system][key])
+        records = live_records(round_dir, args.system, rate)
+        num_requests, output_tokens = live_run_shape(summaries[args.round]["summaries"][args.system][f"rate={rate:g}"])
         result = simulate_system(sim_config_for(args.system, deployment, cal, model, args.host), args.system,
                                  step_model_from_calibration(cal), rates_workload(rate, num_requests, output_tokens))
         live = classify(records, *live_windows(records, parts))

@@ -257,13 +257,12 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
             # A request's first gap holds its KV transfer on a disaggregated route: left out.
             gaps = [t[1:] for t in background.token_times]
             # "outside" is away from every probe's whole window, its hand-over included
-            whole = [(sent, first) for sent, first, _ in probes]
+            _, outside = split_gaps(gaps, [(sent, first) for sent, first, _ in probes])
             for measured, counts, spans in ((decode_beside, gap_counts, windows),
                                             (decode_handover, handover_gap_counts, handovers)):
                 if not spans:
                     continue
                 inside, _ = split_gaps(gaps, spans)
-                _, outside = split_gaps(gaps, whole)
                 counts[count] = (len(inside), len(outside))
                 excess = beside_excess(inside, outside)
                 if excess is not None:
