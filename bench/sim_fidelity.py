@@ -123,10 +123,12 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "none": ()}
 HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_excess_spin_s")
 HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
+HOST_FORMS["neighbour-stretch"] = HOST_FORMS["path-cores"]  # read as path-cores, priced as host.py says
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover")
-BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover")
-PATH_CORES_FORMS = ("path-cores", "spin", "handover")
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", "neighbour-stretch")
+BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", "neighbour-stretch")
+PATH_CORES_FORMS = ("path-cores", "spin", "handover", "neighbour-stretch")
+NEIGHBOUR_STRETCH_FORMS = ("neighbour-stretch",)
 HANDOVER_FORMS = ("handover",)
 SPIN_FORMS = ("spin",)
 PATH_SLOPE_FORMS = ("load-path",)
@@ -163,8 +165,13 @@ PATH_SLOPE_FORMS = ("load-path",)
 # coefficient fitted): 302 of 396 figures within 20% pooled against 286 (better on 8 of the 11
 # runs, worse on runs 41-42, on the machine's slow hours), held out 572 of 792 against 551;
 # disaggregated's mean TPOT 20 of 33 within 20% against 10. Taking the paths' cores from the free
-# cores first instead came to 289 and 556. The default since.
-DEFAULT_HOST_FORM = "path-cores"
+# cores first instead came to 289 and 556. The default until stop 36. The neighbour-stretch form
+# prices a prefill on an engine that streams by the stretch measured beside a computing engine
+# while a prefill-only engine computes (only hybrid has both): on runs 59-64 (results/rates_v62-v67;
+# chosen on them, nothing fitted), hybrid's figures within 20% pooled went from 10 to 20 of 36
+# (p50 TTFT 4 to 9, p99 TTFT 5 to 6, mean TPOT 1 to 5), all systems' from 68 to 78 of 144, held
+# out 132 to 135 of 288. The default since.
+DEFAULT_HOST_FORM = "neighbour-stretch"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -411,6 +418,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                          f"measured since run 54); this record has none: pass --host path-cores for it")
     if host_form in PATH_CORES_FORMS and host_spec:
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
+    if host_form in NEIGHBOUR_STRETCH_FORMS and host_spec:
+        host_spec["stretch_beside_busy"] = True
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -810,9 +819,13 @@ def main(argv: list[str] | None = None) -> int:
                          "load-batch with a decode step beside a prefill-only engine's "
                          "prefill adding what the probe measured there (load-beside); as "
                          "load-beside with every step losing the share of its core that requests on "
-                         "their request path take, spread over the host's cores (path-cores, the "
+                         "their request path take, spread over the host's cores (path-cores); as "
+                         "path-cores with a prefill on an engine that streams stretched as beside a "
+                         "computing engine while a prefill-only engine computes (neighbour-stretch, the "
                          "default); as path-cores with a lone stream's step priced by whether another "
-                         "engine stepped within vLLM's spin window (spin); load "
+                         "engine stepped within vLLM's spin window (spin); as path-cores with a step on an "
+                         "engine a request is being handed over to taking the probe's excess there "
+                         "(handover); load "
                          "without the stretch "
                          "(neighbour-steps); the "
                          "per-engine excess for every step (steps); the path's CPU per streamed token over "

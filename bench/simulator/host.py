@@ -14,7 +14,8 @@ shows none of it.
 Several forms, all with inputs measured on the live deployment before its run
 (`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
 `bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22,
-load-path from run 25, load-batch from run 29, load-beside from run 32):
+load-path from run 25, load-batch from run 29, load-beside from run 32, path-cores from run
+48, neighbour-stretch from stop 36):
 - path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
@@ -121,6 +122,18 @@ load-path from run 25, load-batch from run 29, load-beside from run 32):
   over both cores, where the decode engine's own processes take the new request in. On run 63,
   the first measured with it, the probe gave +1-6 ms and the form scored 7 of 24 figures
   pooled against path-cores' 6 (held out 16 of 48 against 17): it is not the default.
+- neighbour-stretch (`stretch_beside_busy` set besides; `--host neighbour-stretch`): as
+  path-cores, and a prefill on an engine that streams takes the stretch measured beside a
+  computing engine (`load_stretch_beside`) while a prefill-only engine computes beside it, the
+  stretch measured with the neighbour idle (`load_stretch`) otherwise. The load probe measures
+  the second on the engine that streams, with the prefill-only engine idle; on hybrid that is
+  x1.02-1.33 beside 1-4 streams (runs 59-64), where a prefill on the prefill-only engine, beside
+  the streaming engine's work, took x1.4-2.5, and colocated's engines, each beside the other's
+  streams, x1.5-2.9. Live, hybrid's prefill-only engine computes for much of a run, and the
+  path-cores form took hybrid's p50 TTFT 26% and its mean TPOT 33% low (medians over runs 59-64;
+  a decode shares its step with the prefill's chunks). With this form: 11% and 22% low, and 20
+  of hybrid's 36 figures within 20% against 10; the other deployments have no engine it applies
+  to and are unchanged. The default since stop 36.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -156,7 +169,9 @@ class HostSpec:
     `beside_handover_s`). `path_cores`: the cores a request keeps busy while it is on its
     request path (`path_factor`). `step_excess_quiet_s` / `step_excess_spin_s`: the lone
     stream's excess with every other engine idle for longer than `SPIN_WINDOW_S` / with one
-    idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case."""
+    idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case.
+    `stretch_beside_busy`: a prefill on an engine that streams takes `load_stretch_beside` while
+    a prefill-only engine computes beside it (the simulator decides when)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -173,6 +188,7 @@ class HostSpec:
     path_cores: float = 0.0
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
+    stretch_beside_busy: bool = False
 
     def __post_init__(self) -> None:
         if self.num_cores < 0:

@@ -194,7 +194,7 @@ class Simulator:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
-                factor = host.load_factor(self._num_streams(plan), beside=self._is_prefill_only(worker_id))
+                factor = host.load_factor(self._num_streams(plan), beside=self._stretch_beside(worker_id))
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                             plan.duration_s * factor if plan.chunks else plan.duration_s,
                                             self._neighbour_spinning(worker_id, now_s))
@@ -231,7 +231,7 @@ class Simulator:
         for worker_id, step in self._stretched.items():
             old_end_s = step.end_s
             current = self.workers[worker_id].current
-            factor = host.load_factor(num_streams, self._is_prefill_only(worker_id)) if current.chunks else 1.0
+            factor = host.load_factor(num_streams, self._stretch_beside(worker_id)) if current.chunks else 1.0
             if step.restretch(now_s, factor * path_factor):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
@@ -245,6 +245,16 @@ class Simulator:
         """Whether a prefill-only engine other than `worker_id` is in a prefill step now."""
         return any(w.current is not None and w.current.chunks for wid, w in self.workers.items()
                    if wid != worker_id and self._is_prefill_only(wid))
+
+    def _stretch_beside(self, worker_id: str) -> bool:
+        """Whether a prefill on `worker_id` takes the stretch measured beside a computing engine
+        (`HostSpec.load_factor(beside=True)`): on a prefill-only engine always (it streams
+        nothing itself, so the streams are the other engines', which compute them), and, with
+        `stretch_beside_busy`, on any engine while a prefill-only engine computes beside it."""
+        if self._is_prefill_only(worker_id):
+            return True
+        return self.cluster.host.stretch_beside_busy and any(
+            w.current is not None for wid, w in self.workers.items() if wid != worker_id and self._is_prefill_only(wid))
 
     def _is_prefill_only(self, worker_id: str) -> bool:
         return self.workers[worker_id].spec.role == ROLE_PREFILL

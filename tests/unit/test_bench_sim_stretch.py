@@ -1,5 +1,6 @@
-"""A prefill step stretched by the host's load as it changes while the step runs, and the
-stretch of a prefill on a prefill-only engine beside the others' streams."""
+"""A prefill step stretched by the host's load as it changes while the step runs, the stretch
+of a prefill on a prefill-only engine beside the others' streams, and (neighbour-stretch) that
+of a prefill on an engine that streams while a prefill-only engine computes beside it."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,7 +12,7 @@ from bench.simulator.config import SimConfigError, build_cluster, sim_config_fro
 from bench.simulator.host import HostSpec
 from bench.simulator.stretch import StretchedStep
 from bench.workloads import RequestSpec, Workload
-from schedulers.policies import ColocatedPolicy, DisaggregatedPolicy
+from schedulers.policies import ColocatedPolicy, DisaggregatedPolicy, LengthThresholdPolicy
 
 from .sim_clusters import MODEL, cluster
 
@@ -99,3 +100,33 @@ def test_a_prefill_on_a_prefill_only_engine_takes_the_beside_stretch():
     # The same request on the same load: the prefill's step alone differs, x2.0 against x1.2.
     assert slow["r1"].ttft_s - mild["r1"].ttft_s == pytest.approx((2.0 - 1.2) * prefill_s, rel=0.02)
     assert mild["r1"].ttft_s - idle["r1"].ttft_s == pytest.approx(0.2 * prefill_s, rel=0.02)
+
+
+def test_a_prefill_beside_a_computing_prefill_only_engine_takes_the_beside_stretch_when_asked():
+    # r0 streams on the engine that does both; r1's long prompt goes to the prefill-only engine
+    # (one step of 8,000 tokens) and r2's short one to the streaming engine, inside r1's step.
+    short = (RequestSpec("r0", 0.0, 64, 400), RequestSpec("r2", 0.02, 1000, 2))
+    work = Workload("w", (*short, RequestSpec("r1", 0.01, 8000, 2)))
+    roles = {"prefill": 1, "both": 1}
+    points = HostSpec(num_cores=2, load_stretch=((1, 1.2),), load_stretch_beside=((1, 2.0),))
+
+    def simulated(host, workload=work):
+        return simulate(workload, cluster(roles, host), LengthThresholdPolicy(threshold_tokens=1024))
+
+    def served(host, workload=work):
+        return {r.request_id: r for r in simulated(host, workload).records}
+    plain, busy = served(points), served(replace(points, stretch_beside_busy=True))
+    everywhere = served(HostSpec(num_cores=2, load_stretch=((1, 2.0),)))
+    assert busy["r1"].prefill_worker == "prefill-0" and busy["r2"].decode_worker == "both-0"
+    assert busy["r2"].first_token_s < busy["r1"].first_token_s  # r2's step lies inside r1's
+    # Asked, r2's prefill runs at the beside stretch (x2.0), as if every prefill took it; not
+    # asked, at the streaming engine's own (x1.2).
+    assert busy["r2"].ttft_s == pytest.approx(everywhere["r2"].ttft_s, rel=1e-9)
+    assert busy["r2"].ttft_s > plain["r2"].ttft_s
+    # The prefill-only engine's own prefill takes the beside stretch either way.
+    assert simulated(replace(points, stretch_beside_busy=True)).prompt_prefilled_s["r1"] == pytest.approx(
+        simulated(points).prompt_prefilled_s["r1"], rel=1e-9)
+    # With the prefill-only engine idle, asking changes nothing.
+    alone = Workload("w", short)
+    assert served(replace(points, stretch_beside_busy=True), alone)["r2"].ttft_s == pytest.approx(
+        served(points, alone)["r2"].ttft_s, rel=1e-9)
