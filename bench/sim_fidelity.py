@@ -77,6 +77,7 @@ from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
                                        hardware_measurements_for)
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
+from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
 from bench.simulator.simulator import SimResult, simulate
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
@@ -123,12 +124,13 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
                                           "none": ()}
 HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_excess_spin_s")
 HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
-HOST_FORMS["neighbour-stretch"] = HOST_FORMS["path-cores"]  # read as path-cores, priced as host.py says
+# read as path-cores, each with its stretch rule (bench.simulator.host)
+STRETCH_RULE_FORMS = {"neighbour-stretch": STRETCH_PREFILL_ONLY_BUSY, "decode-neighbour": STRETCH_DECODE_NEIGHBOUR}
+HOST_FORMS.update({form: HOST_FORMS["path-cores"] for form in STRETCH_RULE_FORMS})
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", "neighbour-stretch")
-BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", "neighbour-stretch")
-PATH_CORES_FORMS = ("path-cores", "spin", "handover", "neighbour-stretch")
-NEIGHBOUR_STRETCH_FORMS = ("neighbour-stretch",)
+LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
+BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
+PATH_CORES_FORMS = ("path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
 HANDOVER_FORMS = ("handover",)
 SPIN_FORMS = ("spin",)
 PATH_SLOPE_FORMS = ("load-path",)
@@ -418,8 +420,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                          f"measured since run 54); this record has none: pass --host path-cores for it")
     if host_form in PATH_CORES_FORMS and host_spec:
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
-    if host_form in NEIGHBOUR_STRETCH_FORMS and host_spec:
-        host_spec["stretch_beside_busy"] = True
+    if host_form in STRETCH_RULE_FORMS and host_spec:
+        host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -822,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
                          "their request path take, spread over the host's cores (path-cores); as "
                          "path-cores with a prefill on an engine that streams stretched as beside a "
                          "computing engine while a prefill-only engine computes (neighbour-stretch, the "
-                         "default); as path-cores with a lone stream's step priced by whether another "
+                         "default); as path-cores with a prefill stretched only beside another engine's "
+                         "decode-only step or a prefill-only engine at work (decode-neighbour); as path-cores with a lone stream's step priced by whether another "
                          "engine stepped within vLLM's spin window (spin); as path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "
                          "(handover); load "

@@ -155,8 +155,8 @@ class HostConfig(_Strict):
     # the lone stream's excess with every other engine idle past the spin window / within it
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
-    # a prefill on an engine that streams takes load_stretch_beside while a prefill-only engine computes
-    stretch_beside_busy: bool = False
+    # when a prefill takes the load's factor: streams, prefill-only-busy or decode-neighbour (host.py)
+    stretch_rule: str = "streams"
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",

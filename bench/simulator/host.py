@@ -15,7 +15,7 @@ Several forms, all with inputs measured on the live deployment before its run
 (`bench.host_cpu`, and the router's calibration), nothing fitted to the run;
 `bench.sim_fidelity --host` picks one (neighbour steps by default from run 13, load from run 22,
 load-path from run 25, load-batch from run 29, load-beside from run 32, path-cores from run
-48, neighbour-stretch from stop 36):
+48, and since stop 36 the one `bench.sim_fidelity.DEFAULT_HOST_FORM` names):
 - path CPU (`cpu_s_per_token` only; `--host cpu`): a step takes
   longer by the path's CPU for the tokens it streams, spread over the cores no engine computes
   on while it runs (at least one). It fitted the runs of 2026-11-30 (path CPU 1.9-5.4 ms per
@@ -122,18 +122,29 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   over both cores, where the decode engine's own processes take the new request in. On run 63,
   the first measured with it, the probe gave +1-6 ms and the form scored 7 of 24 figures
   pooled against path-cores' 6 (held out 16 of 48 against 17): it is not the default.
-- neighbour-stretch (`stretch_beside_busy` set besides; `--host neighbour-stretch`): as
+- neighbour-stretch (`stretch_rule` "prefill-only-busy"; `--host neighbour-stretch`): as
   path-cores, and a prefill on an engine that streams takes the stretch measured beside a
   computing engine (`load_stretch_beside`) while a prefill-only engine computes beside it, the
   stretch measured with the neighbour idle (`load_stretch`) otherwise. The load probe measures
   the second on the engine that streams, with the prefill-only engine idle; on hybrid that is
   x1.02-1.33 beside 1-4 streams (runs 59-64), where a prefill on the prefill-only engine, beside
   the streaming engine's work, took x1.4-2.5, and colocated's engines, each beside the other's
-  streams, x1.5-2.9. Live, hybrid's prefill-only engine computes for much of a run, and the
-  path-cores form took hybrid's p50 TTFT 26% and its mean TPOT 33% low (medians over runs 59-64;
-  a decode shares its step with the prefill's chunks). With this form: 11% and 22% low, and 20
-  of hybrid's 36 figures within 20% against 10; the other deployments have no engine it applies
-  to and are unchanged. The default since stop 36.
+  streams, x1.5-2.9. On runs 59-64, on which it was chosen, 20 of hybrid's 36 figures came within
+  20% against 10 (p50 TTFT 26% low became 6%, mean TPOT 33% low 21%); on run 65, fresh, it tied
+  path-cores (11 of 24), with hybrid's TTFT now high (p99 82-269%) where its TPOT came within 6%.
+- decode-neighbour (`stretch_rule` "decode-neighbour"; `--host decode-neighbour`): as
+  path-cores, but a prefill is stretched only in the cases the probes measured: while another
+  engine runs a decode-only step (the probe's background streams on the other engine;
+  `load_stretch`, or `load_stretch_beside` on a prefill-only engine), and, on an engine that
+  streams, while a prefill-only engine computes beside it (`load_stretch_beside`, as
+  neighbour-stretch); at its engine time otherwise: beside an idle engine, or one in a step
+  with a prompt's chunk in it. A neighbour's decode steps come every 10-20 ms, and each one's
+  scheduling, output and streamed tokens run on the shared cores; a neighbour in a prefill step
+  computes on its own core and does that work once per step of 100-400 ms. Live, hybrid's
+  prefill-only engine, whose neighbour mostly runs mixed steps, prefilled short and medium prompts
+  in 49-68 and 294-350 ms (run 65, queue included) where the probe's x1.9-2.3 made them 88 and
+  521 ms simulated; and adaptive, which keeps a long prompt's neighbour light, was simulated 17-29%
+  slow (medians over runs 59-65).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -145,6 +156,11 @@ from schedulers.step_time import COEFFICIENTS
 # vLLM's shm_broadcast.SpinCondition busy_loop_s: how long an engine's processes poll on
 # sched_yield after a step before they sleep on a notification.
 SPIN_WINDOW_S = 1.0
+# When a prefill step takes the load's factor (HostSpec.stretch_rule; the forms above).
+STRETCH_STREAMS = "streams"
+STRETCH_PREFILL_ONLY_BUSY = "prefill-only-busy"
+STRETCH_DECODE_NEIGHBOUR = "decode-neighbour"
+STRETCH_RULES = (STRETCH_STREAMS, STRETCH_PREFILL_ONLY_BUSY, STRETCH_DECODE_NEIGHBOUR)
 
 
 @dataclass(frozen=True)
@@ -170,8 +186,11 @@ class HostSpec:
     request path (`path_factor`). `step_excess_quiet_s` / `step_excess_spin_s`: the lone
     stream's excess with every other engine idle for longer than `SPIN_WINDOW_S` / with one
     idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case.
-    `stretch_beside_busy`: a prefill on an engine that streams takes `load_stretch_beside` while
-    a prefill-only engine computes beside it (the simulator decides when)."""
+    `stretch_rule`: when a prefill step takes the load's factor (STRETCH_RULES; the simulator
+    decides when): whenever requests stream on the host (STRETCH_STREAMS), as that and with
+    `load_stretch_beside` on an engine that streams while a prefill-only engine computes beside
+    it (STRETCH_PREFILL_ONLY_BUSY), or only beside another engine's decode-only step or a
+    prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -188,9 +207,11 @@ class HostSpec:
     path_cores: float = 0.0
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
-    stretch_beside_busy: bool = False
+    stretch_rule: str = "streams"
 
     def __post_init__(self) -> None:
+        if self.stretch_rule not in STRETCH_RULES:
+            raise ValueError(f"host.stretch_rule must be one of {STRETCH_RULES}, got {self.stretch_rule!r}")
         if self.num_cores < 0:
             raise ValueError(f"host.num_cores must be >= 0, got {self.num_cores}")
         if self.cpu_s_per_token < 0:

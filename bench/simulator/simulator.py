@@ -26,7 +26,7 @@ from typing import Any
 from bench.metrics import RequestRecord
 from bench.simulator import events as ev
 from bench.simulator.engine_request import EngineRequest
-from bench.simulator.host import SPIN_WINDOW_S
+from bench.simulator.host import SPIN_WINDOW_S, STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY, STRETCH_STREAMS
 from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter
 from bench.simulator.specs import ClusterSpec
@@ -194,7 +194,7 @@ class Simulator:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
-                factor = host.load_factor(self._num_streams(plan), beside=self._stretch_beside(worker_id))
+                factor = self._prefill_factor(worker_id, self._num_streams(plan))
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
                                             plan.duration_s * factor if plan.chunks else plan.duration_s,
                                             self._neighbour_spinning(worker_id, now_s))
@@ -231,7 +231,7 @@ class Simulator:
         for worker_id, step in self._stretched.items():
             old_end_s = step.end_s
             current = self.workers[worker_id].current
-            factor = host.load_factor(num_streams, self._stretch_beside(worker_id)) if current.chunks else 1.0
+            factor = self._prefill_factor(worker_id, num_streams) if current.chunks else 1.0
             if step.restretch(now_s, factor * path_factor):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
@@ -246,15 +246,27 @@ class Simulator:
         return any(w.current is not None and w.current.chunks for wid, w in self.workers.items()
                    if wid != worker_id and self._is_prefill_only(wid))
 
-    def _stretch_beside(self, worker_id: str) -> bool:
-        """Whether a prefill on `worker_id` takes the stretch measured beside a computing engine
-        (`HostSpec.load_factor(beside=True)`): on a prefill-only engine always (it streams
-        nothing itself, so the streams are the other engines', which compute them), and, with
-        `stretch_beside_busy`, on any engine while a prefill-only engine computes beside it."""
-        if self._is_prefill_only(worker_id):
-            return True
-        return self.cluster.host.stretch_beside_busy and any(
-            w.current is not None for wid, w in self.workers.items() if wid != worker_id and self._is_prefill_only(wid))
+    def _prefill_factor(self, worker_id: str, num_streams: int) -> float:
+        """How many times its engine time a prefill step on `worker_id` takes now, with
+        `num_streams` streaming on the host, by the host's `stretch_rule` (host.py). Re-read as
+        the engines' steps change (`_restretch`)."""
+        host = self.cluster.host
+        prefill_only = self._is_prefill_only(worker_id)
+        others = [(wid, w.current) for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
+        beside_prefill_only = not prefill_only and any(self._is_prefill_only(wid) for wid, _ in others)
+        if host.stretch_rule == STRETCH_STREAMS:
+            return host.load_factor(num_streams, beside=prefill_only)
+        if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:
+            return host.load_factor(num_streams, beside=prefill_only or beside_prefill_only)
+        assert host.stretch_rule == STRETCH_DECODE_NEIGHBOUR, host.stretch_rule
+        # what the probes measured, in the cases they measured: beside another engine's decode
+        # steps, and (hybrid) beside a prefill-only engine at work; nothing otherwise
+        factor = 1.0
+        if any(current.decodes and not current.chunks for _, current in others):
+            factor = host.load_factor(num_streams, beside=prefill_only)
+        if beside_prefill_only:
+            factor = max(factor, host.load_factor(num_streams, beside=True))
+        return factor
 
     def _is_prefill_only(self, worker_id: str) -> bool:
         return self.workers[worker_id].spec.role == ROLE_PREFILL

@@ -302,7 +302,7 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     path_cores = replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
     assert host_of("path-cores", pathed) == path_cores
     assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
-                         "colocated").host == replace(path_cores, stretch_beside_busy=True)
+                         "colocated").host == replace(path_cores, stretch_rule="prefill-only-busy")
     with pytest.raises(ValueError, match="request path's colocated_s"):
         sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
     assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
@@ -330,7 +330,8 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     record = {**cal, "host": {**host, "cpu_s_per_request": 0.01},
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
-                         "disaggregated").host == replace(beside, path_cores=0.01 / 0.025, stretch_beside_busy=True)
+                         "disaggregated").host == replace(beside, path_cores=0.01 / 0.025,
+                                                      stretch_rule="prefill-only-busy")
     older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
     with pytest.raises(ValueError, match="--host load-batch"):
         host_of("hybrid adaptive", "hybrid.yaml", "load-beside", older)  # a record from before it was measured

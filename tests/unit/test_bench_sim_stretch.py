@@ -1,6 +1,8 @@
 """A prefill step stretched by the host's load as it changes while the step runs, the stretch
-of a prefill on a prefill-only engine beside the others' streams, and (neighbour-stretch) that
-of a prefill on an engine that streams while a prefill-only engine computes beside it."""
+of a prefill on a prefill-only engine beside the others' streams, and the host's stretch rules:
+(prefill-only-busy) a prefill on an engine that streams takes the beside stretch while a
+prefill-only engine computes beside it; (decode-neighbour) a prefill is stretched only beside
+another engine's decode-only step, or that."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -115,7 +117,7 @@ def test_a_prefill_beside_a_computing_prefill_only_engine_takes_the_beside_stret
 
     def served(host, workload=work):
         return {r.request_id: r for r in simulated(host, workload).records}
-    plain, busy = served(points), served(replace(points, stretch_beside_busy=True))
+    plain, busy = served(points), served(replace(points, stretch_rule="prefill-only-busy"))
     everywhere = served(HostSpec(num_cores=2, load_stretch=((1, 2.0),)))
     assert busy["r1"].prefill_worker == "prefill-0" and busy["r2"].decode_worker == "both-0"
     assert busy["r2"].first_token_s < busy["r1"].first_token_s  # r2's step lies inside r1's
@@ -124,9 +126,60 @@ def test_a_prefill_beside_a_computing_prefill_only_engine_takes_the_beside_stret
     assert busy["r2"].ttft_s == pytest.approx(everywhere["r2"].ttft_s, rel=1e-9)
     assert busy["r2"].ttft_s > plain["r2"].ttft_s
     # The prefill-only engine's own prefill takes the beside stretch either way.
-    assert simulated(replace(points, stretch_beside_busy=True)).prompt_prefilled_s["r1"] == pytest.approx(
+    assert simulated(replace(points, stretch_rule="prefill-only-busy")).prompt_prefilled_s["r1"] == pytest.approx(
         simulated(points).prompt_prefilled_s["r1"], rel=1e-9)
     # With the prefill-only engine idle, asking changes nothing.
     alone = Workload("w", short)
-    assert served(replace(points, stretch_beside_busy=True), alone)["r2"].ttft_s == pytest.approx(
+    assert served(replace(points, stretch_rule="prefill-only-busy"), alone)["r2"].ttft_s == pytest.approx(
         served(points, alone)["r2"].ttft_s, rel=1e-9)
+
+
+# ---- the decode-neighbour rule -----------------------------------------------------------------
+
+def test_a_bad_stretch_rule_is_refused():
+    with pytest.raises(ValueError, match="stretch_rule"):
+        HostSpec(num_cores=2, stretch_rule="always")
+
+
+def test_a_prefill_beside_its_own_engines_streams_alone_is_not_stretched_by_the_decode_neighbour_rule():
+    # r0 streams and r1 prefills on the one engine: no other engine computes.
+    work = Workload("w", (RequestSpec("r0", 0.0, 64, 400), RequestSpec("r1", 0.05, 4000, 2)))
+    stretched = HostSpec(num_cores=2, load_stretch=((1, 2.0),))
+
+    def ttft(host):
+        return {r.request_id: r for r in simulate(work, cluster({"both": 1}, host), ColocatedPolicy()).records}["r1"].ttft_s
+    assert ttft(replace(stretched, stretch_rule="decode-neighbour")) == pytest.approx(
+        ttft(HostSpec(num_cores=2)), rel=1e-9)
+    assert ttft(stretched) > ttft(HostSpec(num_cores=2))  # the streams rule stretches it
+
+
+def test_beside_another_engines_decode_steps_the_decode_neighbour_rule_stretches_as_the_streams_rule():
+    # r0 streams on one engine (decode-only steps) and ends inside r1's prefill on the other.
+    work = Workload("w", (RequestSpec("r0", 0.0, 128, 24), RequestSpec("r1", 0.02, 8000, 2)))
+    stretched = HostSpec(num_cores=2, load_stretch=((1, 2.0),))
+
+    def first_token_s(host):
+        records = simulate(work, cluster({"both": 2}, host), ColocatedPolicy()).records
+        return {r.request_id: r for r in records}["r1"].first_token_s
+    alone = first_token_s(HostSpec(num_cores=2))
+    assert first_token_s(replace(stretched, stretch_rule="decode-neighbour")) == pytest.approx(
+        first_token_s(stretched), rel=1e-9)
+    assert first_token_s(stretched) > alone
+
+
+def test_the_decode_neighbour_rule_frees_a_prefill_only_engine_while_its_neighbour_prefills_too():
+    # As the prefill-only-busy case above: r2's step on the streaming engine, inside r1's prefill
+    # on the prefill-only engine, takes the beside stretch; and r1's prefill runs at its engine
+    # time while that step (a prompt's chunk, not decodes alone) runs beside it.
+    work = Workload("w", (RequestSpec("r0", 0.0, 64, 400), RequestSpec("r2", 0.02, 1000, 2),
+                          RequestSpec("r1", 0.01, 8000, 2)))
+    points = HostSpec(num_cores=2, load_stretch=((1, 1.2),), load_stretch_beside=((1, 2.0),))
+
+    def simulated(host):
+        return simulate(work, cluster({"prefill": 1, "both": 1}, host), LengthThresholdPolicy(threshold_tokens=1024))
+    busy, neighbour = simulated(replace(points, stretch_rule="prefill-only-busy")), simulated(
+        replace(points, stretch_rule="decode-neighbour"))
+    ttft = {name: {r.request_id: r.ttft_s for r in result.records}
+            for name, result in (("busy", busy), ("neighbour", neighbour))}
+    assert ttft["neighbour"]["r2"] == pytest.approx(ttft["busy"]["r2"], rel=1e-9)
+    assert neighbour.prompt_prefilled_s["r1"] < busy.prompt_prefilled_s["r1"]
