@@ -167,13 +167,18 @@ PATH_SLOPE_FORMS = ("load-path",)
 # coefficient fitted): 302 of 396 figures within 20% pooled against 286 (better on 8 of the 11
 # runs, worse on runs 41-42, on the machine's slow hours), held out 572 of 792 against 551;
 # disaggregated's mean TPOT 20 of 33 within 20% against 10. Taking the paths' cores from the free
-# cores first instead came to 289 and 556. The default until stop 36. The neighbour-stretch form
-# prices a prefill on an engine that streams by the stretch measured beside a computing engine
-# while a prefill-only engine computes (only hybrid has both): on runs 59-64 (results/rates_v62-v67;
-# chosen on them, nothing fitted), hybrid's figures within 20% pooled went from 10 to 20 of 36
-# (p50 TTFT 4 to 9, p99 TTFT 5 to 6, mean TPOT 1 to 5), all systems' from 68 to 78 of 144, held
-# out 132 to 135 of 288. The default since.
-DEFAULT_HOST_FORM = "neighbour-stretch"
+# cores first instead came to 289 and 556. The default until stop 36. Two forms change when a
+# prefill is stretched (the host's stretch rule). neighbour-stretch adds the stretch beside a
+# computing engine to a prefill on an engine that streams while a prefill-only engine computes
+# (only hybrid has both): chosen on runs 59-64 (results/rates_v62-v67), 78 of 144 pooled against
+# 68, held out 135 of 288 against 132; on run 65, fresh, a tie (11 of 24, 21 of 48), hybrid's
+# TTFT now high. decode-neighbour stretches a prefill only in the cases the probes measured:
+# beside another engine's decode-only step, or (as neighbour-stretch) beside a prefill-only
+# engine at work; at its engine time beside an idle engine or one in a step with a prompt's
+# chunk. Built on run 65, 21 of 24 pooled and 40 of 48 held out there against path-cores' 11 and
+# 21; on runs 59-64, 72 of 144 and 147 of 288 (path-cores 68 and 132); on run 66, fresh, 21 of 24
+# and 32 of 48 against 12 and 23, where the live rounds held each other to 29. The default since.
+DEFAULT_HOST_FORM = "decode-neighbour"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -823,9 +828,9 @@ def main(argv: list[str] | None = None) -> int:
                          "load-beside with every step losing the share of its core that requests on "
                          "their request path take, spread over the host's cores (path-cores); as "
                          "path-cores with a prefill on an engine that streams stretched as beside a "
-                         "computing engine while a prefill-only engine computes (neighbour-stretch, the "
-                         "default); as path-cores with a prefill stretched only beside another engine's "
-                         "decode-only step or a prefill-only engine at work (decode-neighbour); as path-cores with a lone stream's step priced by whether another "
+                         "computing engine while a prefill-only engine computes (neighbour-stretch); as "
+                         "path-cores with a prefill stretched only beside another engine's decode-only step "
+                         "or a prefill-only engine at work (decode-neighbour, the default); as path-cores with a lone stream's step priced by whether another "
                          "engine stepped within vLLM's spin window (spin); as path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "
                          "(handover); load "

@@ -131,7 +131,8 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   the streaming engine's work, took x1.4-2.5, and colocated's engines, each beside the other's
   streams, x1.5-2.9. On runs 59-64, on which it was chosen, 20 of hybrid's 36 figures came within
   20% against 10 (p50 TTFT 26% low became 6%, mean TPOT 33% low 21%); on run 65, fresh, it tied
-  path-cores (11 of 24), with hybrid's TTFT now high (p99 82-269%) where its TPOT came within 6%.
+  path-cores (11 of 24), with hybrid's TTFT now high (p99 82-269%) where its TPOT came within 6%:
+  not the default.
 - decode-neighbour (`stretch_rule` "decode-neighbour"; `--host decode-neighbour`): as
   path-cores, but a prefill is stretched only in the cases the probes measured: while another
   engine runs a decode-only step (the probe's background streams on the other engine;
@@ -143,8 +144,10 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   computes on its own core and does that work once per step of 100-400 ms. Live, hybrid's
   prefill-only engine, whose neighbour mostly runs mixed steps, prefilled short and medium prompts
   in 49-68 and 294-350 ms (run 65, queue included) where the probe's x1.9-2.3 made them 88 and
-  521 ms simulated; and adaptive, which keeps a long prompt's neighbour light, was simulated 17-29%
-  slow (medians over runs 59-65).
+  521 ms simulated; and adaptive was simulated 17-29% slow (medians over runs 59-65). Built on
+  run 65: 21 of 24 figures within 20% pooled against path-cores' 11; on runs 59-64, 72 of 144
+  against 68; on run 66, fresh, 21 of 24 against 12, held out 32 of 48 against 23 (the live
+  rounds held each other to 29). The default since stop 36.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

@@ -293,16 +293,16 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the neighbour-stretch form: load-beside (load-batch where no engine is
+    # Unasked, the decode-neighbour form: load-beside (load-batch where no engine is
     # prefill-only) with the cores a request on its path keeps busy (path-cores, the closest on
-    # runs 37-47), and the stretch beside a computing engine for a prefill beside a prefill-only
-    # engine's work. A record from before its points, or the stretch, were measured is refused
-    # rather than simulated without them.
+    # runs 37-47), a prefill stretched only beside another engine's decode steps or a
+    # prefill-only engine's work. A record from before its points, or the stretch, were measured
+    # is refused rather than simulated without them.
     pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     path_cores = replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
     assert host_of("path-cores", pathed) == path_cores
     assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
-                         "colocated").host == replace(path_cores, stretch_rule="prefill-only-busy")
+                         "colocated").host == replace(path_cores, stretch_rule="decode-neighbour")
     with pytest.raises(ValueError, match="request path's colocated_s"):
         sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
     assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
@@ -331,7 +331,7 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
                          "disaggregated").host == replace(beside, path_cores=0.01 / 0.025,
-                                                      stretch_rule="prefill-only-busy")
+                                                      stretch_rule="decode-neighbour")
     older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
     with pytest.raises(ValueError, match="--host load-batch"):
         host_of("hybrid adaptive", "hybrid.yaml", "load-beside", older)  # a record from before it was measured
