@@ -142,8 +142,8 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   with a prompt's chunk in it. A neighbour's decode steps come every 10-20 ms, and each one's
   scheduling, output and streamed tokens run on the shared cores; a neighbour in a prefill step
   computes on its own core and does that work once per step of 100-400 ms. Live, hybrid's
-  prefill-only engine, whose neighbour mostly runs mixed steps, prefilled short and medium prompts
-  in 49-68 and 294-350 ms (run 65, queue included) where the probe's x1.9-2.3 made them 88 and
+  prefill-only engine, whose neighbour prefills the prompts of most requests as well, prefilled
+  short and medium prompts in 49-68 and 294-350 ms (run 65, queue included) where the probe's x1.9-2.3 made them 88 and
   521 ms simulated; and adaptive was simulated 17-29% slow (medians over runs 59-65). Built on
   run 65: 21 of 24 figures within 20% pooled against path-cores' 11; on runs 59-64, 72 of 144
   against 68; on run 66, fresh, 21 of 24 against 12, held out 32 of 48 against 23 (the live
