@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bench.metrics import SloSpec
 from bench.simulator.presets import (GPU_MEMORY_GIB, LINK_PRESETS, kv_blocks_from_memory,
                                      scaled_hardware)
-from bench.simulator.host import HostSpec
+from bench.simulator.host import STRETCH_STREAMS, HostSpec
 from bench.simulator.specs import ClusterSpec, EngineSpec, LinkSpec, RequestPathSpec
 from bench.workloads import WORKLOAD_NAMES, workload_params
 from schedulers.hardware import HARDWARE_SPECS
@@ -156,7 +156,7 @@ class HostConfig(_Strict):
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
     # when a prefill takes the load's factor: streams, prefill-only-busy or decode-neighbour (host.py)
-    stretch_rule: str = "streams"
+    stretch_rule: str = STRETCH_STREAMS
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",

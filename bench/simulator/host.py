@@ -210,7 +210,7 @@ class HostSpec:
     path_cores: float = 0.0
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
-    stretch_rule: str = "streams"
+    stretch_rule: str = STRETCH_STREAMS
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:

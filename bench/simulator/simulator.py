@@ -194,19 +194,18 @@ class Simulator:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
-                factor = self._prefill_factor(worker_id, self._num_streams(plan))
-                delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens,
-                                            plan.duration_s * factor if plan.chunks else plan.duration_s,
+                # a prefill loses a share of its core to the streams' work elsewhere (decode
+                # steps: their excess is the delay below)
+                factor = self._prefill_factor(worker_id, self._num_streams(plan)) if plan.chunks else 1.0
+                delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens, plan.duration_s * factor,
                                             self._neighbour_spinning(worker_id, now_s))
                 if plan.decodes and self._incoming.get(worker_id):
                     delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
                 if plan.chunks or host.path_cores > 0:
-                    # a prefill loses a share of its core to the streams' work elsewhere, and any
-                    # step a share to the requests on their request path, as they come and go
-                    if not plan.chunks:
-                        factor = 1.0
+                    # the prefill's share, and any step's share lost to the requests on their
+                    # request path, re-read as they come and go
                     factor *= host.path_factor(self._num_paths)
                     step = StretchedStep(plan.duration_s, factor, now_s, delay_s)
                     self._stretched[worker_id] = step
@@ -252,8 +251,7 @@ class Simulator:
         the engines' steps change (`_restretch`)."""
         host = self.cluster.host
         prefill_only = self._is_prefill_only(worker_id)
-        others = [(wid, w.current) for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
-        beside_prefill_only = not prefill_only and any(self._is_prefill_only(wid) for wid, _ in others)
+        beside_prefill_only = not prefill_only and self._prefill_only_prefilling(worker_id)
         if host.stretch_rule == STRETCH_STREAMS:
             return host.load_factor(num_streams, beside=prefill_only)
         if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:
@@ -262,7 +260,8 @@ class Simulator:
         # what the probes measured, in the cases they measured: beside another engine's decode
         # steps, and (hybrid) beside a prefill-only engine at work; nothing otherwise
         factor = 1.0
-        if any(current.decodes and not current.chunks for _, current in others):
+        if any(w.current is not None and w.current.decodes and not w.current.chunks
+               for wid, w in self.workers.items() if wid != worker_id):
             factor = host.load_factor(num_streams, beside=prefill_only)
         if beside_prefill_only:
             factor = max(factor, host.load_factor(num_streams, beside=True))
