@@ -64,6 +64,7 @@ import json
 import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -76,6 +77,7 @@ from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
                                        hardware_measurements_for)
+from bench.prefill_beside import measure_prefill_beside, prefill_engines, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
 from bench.simulator.simulator import SimResult, simulate
@@ -125,8 +127,12 @@ HOST_FORMS: dict[str, tuple[str, ...]] = {"steps": ("num_cores", "step_excess_1_
 HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_excess_spin_s")
 HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
 # read as path-cores, each with its stretch rule (bench.simulator.host)
-STRETCH_RULE_FORMS = {"neighbour-stretch": STRETCH_PREFILL_ONLY_BUSY, "decode-neighbour": STRETCH_DECODE_NEIGHBOUR}
+STRETCH_RULE_FORMS = {"neighbour-stretch": STRETCH_PREFILL_ONLY_BUSY, "decode-neighbour": STRETCH_DECODE_NEIGHBOUR,
+                      "prefill-neighbour": STRETCH_DECODE_NEIGHBOUR}
 HOST_FORMS.update({form: HOST_FORMS["path-cores"] for form in STRETCH_RULE_FORMS})
+# decode-neighbour with the stretch measured beside another engine's prefills (bench.prefill_beside)
+HOST_FORMS["prefill-neighbour"] = (*HOST_FORMS["path-cores"], "stretch_beside_prefill")
+PREFILL_NEIGHBOUR_FORMS = ("prefill-neighbour",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
 BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
@@ -298,6 +304,14 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
         host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
                            decode_beside_prefill=[list(p) for p in beside.decode_beside],
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
+    routes = probe_routes(Counter(info.role for info in dep.infos.values()))
+    if routes is not None:
+        neighbour = measure_prefill_beside(dep, routes, lambda: engine_parts_by_id(
+            ray.get(dep.router.prediction_errors.remote())))
+        print(f"    prefill beside another engine's prefills: x{neighbour.factor:.2f} (median "
+              f"{_ms(statistics.median(neighbour.beside_s))} ms against {_ms(statistics.median(neighbour.alone_s))} "
+              f"ms alone; {neighbour.dropped} probe(s) dropped, sharing an engine)", file=sys.stderr, flush=True)
+        host_record.update(stretch_beside_prefill=neighbour.factor, prefill_beside_probe=neighbour.to_dict())
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
@@ -310,6 +324,11 @@ def load_probe_route(roles: set[str]) -> str:
     round, x1.12-1.16 on route auto in runs 61-63, against colocated's x1.6-2.1): beside the
     streams of one engine the other core is free, where colocated's two engines both stream."""
     return ROUTE_COLOCATED if ROLE_BOTH in roles else "auto"
+
+
+def engine_parts_by_id(log: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """The router's log (`prediction_errors`) as server request id -> each engine's part of it."""
+    return {entry["request_id"]: dict(entry.get("engine_s") or {}) for entry in log}
 
 
 def engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
@@ -423,6 +442,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs the lone stream's excess by whether the "
                          f"other engines stepped within vLLM's spin window (`bench.neighbour_spin`, "
                          f"measured since run 54); this record has none: pass --host path-cores for it")
+    if (host_form in PREFILL_NEIGHBOUR_FORMS and host_spec and prefill_engines(cfg.role_counts()) > 1
+            and "stretch_beside_prefill" not in host_spec):
+        raise ValueError(f"{label}: host form {host_form!r} needs a prefill's stretch beside another engine's "
+                         f"prefills (`bench.prefill_beside`, measured since stop 37); this record has none: "
+                         f"pass --host decode-neighbour for it")
     if host_form in PATH_CORES_FORMS and host_spec:
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
     if host_form in STRETCH_RULE_FORMS and host_spec:

@@ -157,6 +157,8 @@ class HostConfig(_Strict):
     step_excess_spin_s: float | None = None
     # when a prefill takes the load's factor: streams, prefill-only-busy or decode-neighbour (host.py)
     stretch_rule: str = STRETCH_STREAMS
+    # under decode-neighbour: a prefill's factor beside another engine's prefill (host.py)
+    stretch_beside_prefill: float = Field(1.0, gt=0)
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",

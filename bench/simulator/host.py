@@ -193,7 +193,10 @@ class HostSpec:
     decides when): whenever requests stream on the host (STRETCH_STREAMS), as that and with
     `load_stretch_beside` on an engine that streams while a prefill-only engine computes beside
     it (STRETCH_PREFILL_ONLY_BUSY), or only beside another engine's decode-only step or a
-    prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR)."""
+    prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR). `stretch_beside_prefill`: under
+    STRETCH_DECODE_NEIGHBOUR, how many times its engine time a prefill takes beside another
+    engine's step with a prompt's chunk in it (measured, `bench.prefill_beside`; 1: as its
+    engine time)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -211,6 +214,7 @@ class HostSpec:
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
     stretch_rule: str = STRETCH_STREAMS
+    stretch_beside_prefill: float = 1.0
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -221,6 +225,8 @@ class HostSpec:
             raise ValueError(f"host.cpu_s_per_token must be >= 0, got {self.cpu_s_per_token}")
         if self.path_cores < 0:
             raise ValueError(f"host.path_cores must be >= 0, got {self.path_cores}")
+        if self.stretch_beside_prefill <= 0:
+            raise ValueError(f"host.stretch_beside_prefill must be positive, got {self.stretch_beside_prefill}")
         if self.neighbour_coefficients is not None and len(self.neighbour_coefficients) != 4:
             raise ValueError(f"host.neighbour needs the four coefficients {COEFFICIENTS}")
         _check_counts("step_excess_batch", self.step_excess_batch, above=2)
@@ -246,6 +252,12 @@ class HostSpec:
         if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
+
+    def prefill_neighbour_factor(self) -> float:
+        """How many times its engine time a prefill takes beside another engine's step with a
+        prompt's chunk: `stretch_beside_prefill`, never below 1 (a measured factor below 1 is
+        noise: a neighbour's prefill does not speed a prefill up)."""
+        return max(1.0, self.stretch_beside_prefill) if self.is_modelled else 1.0
 
     def beside_prefill_s(self, num_streams: int) -> float:
         """What a step streaming `num_streams` takes longer while a prefill-only engine prefills:

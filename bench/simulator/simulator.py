@@ -258,11 +258,15 @@ class Simulator:
             return host.load_factor(num_streams, beside=prefill_only or beside_prefill_only)
         assert host.stretch_rule == STRETCH_DECODE_NEIGHBOUR, host.stretch_rule
         # what the probes measured, in the cases they measured: beside another engine's decode
-        # steps, and (hybrid) beside a prefill-only engine at work; nothing otherwise
+        # steps, beside another engine's prefill, and (hybrid, on the engine that streams)
+        # beside a prefill-only engine at work; nothing beside an idle engine
         factor = 1.0
-        if any(w.current is not None and w.current.decodes and not w.current.chunks
-               for wid, w in self.workers.items() if wid != worker_id):
+        neighbours = [w.current for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
+        if any(step.decodes and not step.chunks for step in neighbours):
             factor = host.load_factor(num_streams, beside=prefill_only)
+        if any(step.chunks for step in neighbours):
+            # beside a neighbour's prefill: measured on its own (bench.prefill_beside)
+            factor = max(factor, host.prefill_neighbour_factor())
         if beside_prefill_only:
             factor = max(factor, host.load_factor(num_streams, beside=True))
         return factor

@@ -400,6 +400,32 @@ def test_the_handover_form_is_path_cores_with_the_decode_excess_while_a_request_
         "colocated", "colocated.yaml", "path-cores", {**record, "host": host})
 
 
+def test_the_prefill_neighbour_form_is_decode_neighbour_with_the_stretch_beside_a_prefill(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01}
+    record = {**cal, "host": {**host, "stretch_beside_prefill": 1.25},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    for label, config in (("colocated", "colocated.yaml"), ("hybrid adaptive", "hybrid.yaml")):
+        assert host_of(label, config, "prefill-neighbour") == replace(
+            host_of(label, config, "decode-neighbour"), stretch_beside_prefill=1.25)
+        assert host_of(label, config, "decode-neighbour").stretch_beside_prefill == 1.0  # left out there
+        with pytest.raises(ValueError, match="--host decode-neighbour"):  # a record from before it was measured
+            host_of(label, config, "prefill-neighbour", {**record, "host": host})
+    # One engine prefills on disaggregated: nothing prefills beside another, and nothing is missing.
+    assert host_of("disaggregated", "disaggregated.yaml", "prefill-neighbour", {**record, "host": host}) == host_of(
+        "disaggregated", "disaggregated.yaml", "decode-neighbour", {**record, "host": host})
+
+
+def test_the_routers_log_gives_each_requests_engine_parts_by_its_id():
+    log = [{"request_id": "a", "route": "disaggregated", "engine_s": {"prefill": 0.2, "decode": 0.03}},
+           {"request_id": "b", "route": "colocated", "engine_s": {"decode": 0.1}}, {"request_id": "c"}]
+    assert sf.engine_parts_by_id(log) == {"a": {"prefill": 0.2, "decode": 0.03}, "b": {"decode": 0.1}, "c": {}}
+
+
 def test_the_routers_log_gives_each_disaggregated_requests_engine_parts():
     log = [{"request_id": "a", "route": "disaggregated", "engine_s": {"prefill": 0.2, "decode": 0.03}},
            {"request_id": "b", "route": "colocated", "engine_s": {"decode": 0.1}},

@@ -2,7 +2,8 @@
 of a prefill on a prefill-only engine beside the others' streams, and the host's stretch rules:
 (prefill-only-busy) a prefill on an engine that streams takes the beside stretch while a
 prefill-only engine computes beside it; (decode-neighbour) a prefill is stretched only beside
-another engine's decode-only step, or that."""
+another engine's decode-only step, or that, or beside another engine's prefill at the factor
+measured there."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -183,3 +184,37 @@ def test_the_decode_neighbour_rule_frees_a_prefill_only_engine_while_its_neighbo
             for name, result in (("busy", busy), ("neighbour", neighbour))}
     assert ttft["neighbour"]["r2"] == pytest.approx(ttft["busy"]["r2"], rel=1e-9)
     assert neighbour.prompt_prefilled_s["r1"] < busy.prompt_prefilled_s["r1"]
+
+
+# ---- beside another engine's prefill (decode-neighbour with stretch_beside_prefill) --------------
+
+def test_a_bad_stretch_beside_prefill_is_refused_and_a_measured_one_below_1_is_floored():
+    with pytest.raises(ValueError, match="stretch_beside_prefill"):
+        HostSpec(num_cores=2, stretch_beside_prefill=0.0)
+    config = {"model": "llama-3-8b", "hardware": "a100", "policies": {"colocated": {"workers": {"both": 1}}}}
+    with pytest.raises(SimConfigError, match="stretch_beside_prefill"):
+        sim_config_from_dict({**config, "host": {"num_cores": 2, "stretch_beside_prefill": -1.0}})
+    built = build_cluster(sim_config_from_dict({**config, "host": {"num_cores": 2, "stretch_beside_prefill": 1.3}}),
+                          "colocated")
+    assert built.host.prefill_neighbour_factor() == pytest.approx(1.3)
+    assert HostSpec(num_cores=2, stretch_beside_prefill=0.9).prefill_neighbour_factor() == 1.0
+    assert HostSpec(stretch_beside_prefill=1.3).prefill_neighbour_factor() == 1.0  # no host: no stretch
+
+
+def test_a_prefill_beside_another_engines_prefill_takes_the_factor_measured_there():
+    # r0's long prompt prefills in one step on one engine; r1's short one, on the other engine,
+    # prefills wholly inside that step.
+    work = Workload("w", (RequestSpec("r0", 0.0, 8000, 2), RequestSpec("r1", 0.01, 1000, 2)))
+    rule = HostSpec(num_cores=2, load_stretch=((1, 2.0),), stretch_rule="decode-neighbour")
+
+    def served(host):
+        return {r.request_id: r for r in simulate(work, cluster({"both": 2}, host), ColocatedPolicy()).records}
+    plain, beside = served(rule), served(replace(rule, stretch_beside_prefill=1.5))
+    assert beside["r1"].decode_worker != beside["r0"].decode_worker
+    assert beside["r1"].first_token_s < beside["r0"].first_token_s  # r1's step inside r0's: the case under test
+    prefill_s = MODEL.predict(1000, 0, [])
+    # r1's prefill at x1.5 beside r0's; at its engine time without the factor (no stream anywhere)
+    assert beside["r1"].ttft_s - plain["r1"].ttft_s == pytest.approx(0.5 * prefill_s, rel=0.02)
+    assert plain["r1"].ttft_s == pytest.approx(served(HostSpec(num_cores=2))["r1"].ttft_s, rel=1e-9)
+    # r0's prefill at x1.5 too while r1's step (1.5 x prefill_s) ran beside it: a third of it lost
+    assert beside["r0"].first_token_s - plain["r0"].first_token_s == pytest.approx(0.5 * prefill_s, rel=0.02)
