@@ -162,6 +162,8 @@ def one_prompt(stream: Callable[..., Any], vocab_size: int, num_tokens: int, rou
     (record,) = run_workload(stream, fixed(1, num_tokens, 1), vocab_size, route=route, progress=False, salt=salt)
     if not record.ok or record.first_token_s is None:
         raise RuntimeError(f"a prefill-beside probe failed: {record.error or 'no token came back'}")
+    if record.route != route:  # a fallback: served elsewhere than the probe is about
+        raise RuntimeError(f"a prefill-beside prompt sent on route {route!r} was served on {record.route!r}")
     return record
 
 

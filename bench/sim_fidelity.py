@@ -183,8 +183,16 @@ PATH_SLOPE_FORMS = ("load-path",)
 # engine at work; at its engine time beside an idle engine or one in a step with a prompt's
 # chunk. Built on run 65, 21 of 24 pooled and 40 of 48 held out there against path-cores' 11 and
 # 21; on runs 59-64, 72 of 144 and 147 of 288 (path-cores 68 and 132); on run 66, fresh, 21 of 24
-# and 32 of 48 against 12 and 23, where the live rounds held each other to 29. The default since.
-DEFAULT_HOST_FORM = "decode-neighbour"
+# and 32 of 48 against 12 and 23, where the live rounds held each other to 29. The default until
+# stop 37. prefill-neighbour adds the stretch of a prefill beside another engine's step with a
+# prompt's chunk, which decode-neighbour took as none, measured by its own probe before each run
+# (`bench.prefill_beside`, since run 67: x1.28-1.36 on colocated and adaptive, x1.10-1.11 on
+# hybrid). Runs 59-66 had no such probe; with stop 37's factor (x1.25, measured on the idle
+# deployments that day) carried back to them: 126 of 192 pooled against 114, held out 226 of 384
+# against 219 (x1.15: 125 and 233; x1.35: 124 and 223), colocated 36 of 48 against 30, hybrid 25
+# against 20, hybrid's p99 TTFT 7% low against 30%. On run 67, fresh and measured: 17 of 24 and
+# 32 of 48 against 16 and 27 (the live rounds 22). The default since.
+DEFAULT_HOST_FORM = "prefill-neighbour"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -762,6 +770,8 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
         line += "; prefill beside streams " + _stretch_text(host["load_stretch"])
     if host.get("load_stretch_beside"):
         line += "; on the prefill-only engine " + _stretch_text(host["load_stretch_beside"])
+    if host.get("stretch_beside_prefill") is not None:
+        line += f"; prefill beside another engine's prefills x{host['stretch_beside_prefill']:.2f}"
     for key, what in (("decode_beside_prefill", "its prefill"), ("decode_beside_handover", "a hand-over")):
         if host.get(key):
             line += f"; decode step beside {what} " + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in host[key])

@@ -11,6 +11,7 @@ import signal
 import statistics
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -23,7 +24,8 @@ from bench.metrics import SloSpec
 from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
-from bench.sim_fidelity import engine_parts
+from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes
+from bench.sim_fidelity import engine_parts, engine_parts_by_id
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
@@ -329,6 +331,23 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     assert outside > 0, beside.handover_gap_counts
     assert all(abs(e) < 0.05 for _, e in beside.decode_handover), beside.decode_handover
     workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
+    assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
+               for w in workers.values()), workers
+
+
+def test_a_prefill_beside_the_other_engines_prefills_is_measured_and_no_prompt_is_left_behind(hybrid):
+    """What the simulator's prefill-neighbour form gets (bench.prefill_beside): probes on the
+    prefill-only engine, alone and beside the other engine's prompts, timed inside the engine by
+    the router's log; the router sent them to different engines, and nothing is left running."""
+    routes = probe_routes(Counter(i.role for i in hybrid.infos.values()))
+    assert routes == ProbeRoutes("disaggregated", "colocated", "prefill")
+    measured = measure_prefill_beside(hybrid, routes, lambda: engine_parts_by_id(
+        ray.get(hybrid.router.prediction_errors.remote())), repeats=2, rounds=1)
+    # the background's prompts went to the engine that does both, the probes to the other one
+    assert measured.dropped == 0 and len(measured.alone_s) == 2 and len(measured.beside_s) == 2, measured
+    assert measured.background >= 2
+    assert min(measured.alone_s + measured.beside_s) > 0 and 0 < measured.factor < 10, measured
+    workers = hybrid.status()["workers"]
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers
 

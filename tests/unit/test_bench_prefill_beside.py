@@ -21,10 +21,11 @@ class FakeDeployment:
     """Two `both` engines; the least loaded takes a request (ties: both-0), or always both-0
     (`one_engine`). A prefill takes SLOWER times longer while the other engine has a request."""
 
-    def __init__(self, one_engine: bool = False) -> None:
+    def __init__(self, one_engine: bool = False, served_route: str | None = None) -> None:
         self.infos = {"both-0": SimpleNamespace(role="both"), "both-1": SimpleNamespace(role="both")}
         self.vocab_size = 100
         self.one_engine = one_engine
+        self.served_route = served_route  # set: every request is served there (a fallback)
         self.open = {"both-0": 0, "both-1": 0}
         self.lock = threading.Lock()
         self.ids = itertools.count()
@@ -46,7 +47,7 @@ class FakeDeployment:
             self.parts[rid] = {"decode": part}
             yield {"type": "token", "token_ids": [1]}
             yield {"type": "result", "result": SimpleNamespace(
-                route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
+                route=self.served_route or route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
                 prefill_worker=None, decode_worker=engine, token_ids=[1], request_id=rid)}
         finally:
             with self.lock:
@@ -77,6 +78,12 @@ def test_probes_that_shared_their_engine_are_dropped_and_none_left_is_an_error()
     with pytest.raises(RuntimeError, match="shared its engine"):
         measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.parts, repeats=2, rounds=1)
     assert dep.open == {"both-0": 0, "both-1": 0}
+
+
+def test_a_probe_served_on_another_route_than_it_was_sent_on_is_an_error():
+    dep = FakeDeployment(served_route="disaggregated")
+    with pytest.raises(RuntimeError, match="served on 'disaggregated'"):
+        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.parts, repeats=1, rounds=1)
 
 
 def test_a_probe_without_its_engine_part_in_the_log_is_an_error():

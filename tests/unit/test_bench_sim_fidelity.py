@@ -293,16 +293,19 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the decode-neighbour form: load-beside (load-batch where no engine is
+    # Unasked, the prefill-neighbour form: load-beside (load-batch where no engine is
     # prefill-only) with the cores a request on its path keeps busy (path-cores, the closest on
     # runs 37-47), a prefill stretched only beside another engine's decode steps or a
-    # prefill-only engine's work. A record from before its points, or the stretch, were measured
-    # is refused rather than simulated without them.
+    # prefill-only engine's work, or beside another engine's prefill by the stretch measured
+    # there. A record from before its points, or the stretches, were measured is refused rather
+    # than simulated without them.
+    batched = {**batched, "host": {**batched["host"], "stretch_beside_prefill": 1.2}}
     pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     path_cores = replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
     assert host_of("path-cores", pathed) == path_cores
     assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
-                         "colocated").host == replace(path_cores, stretch_rule="decode-neighbour")
+                         "colocated").host == replace(path_cores, stretch_rule="decode-neighbour",
+                                                      stretch_beside_prefill=1.2)
     with pytest.raises(ValueError, match="request path's colocated_s"):
         sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
     assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
@@ -403,7 +406,8 @@ def test_the_handover_form_is_path_cores_with_the_decode_excess_while_a_request_
 def test_the_prefill_neighbour_form_is_decode_neighbour_with_the_stretch_beside_a_prefill(cal, model_dir):
     host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
             "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
-            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01}
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01,
+            "cpu_s_per_token": 0.002}
     record = {**cal, "host": {**host, "stretch_beside_prefill": 1.25},
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
 
@@ -415,6 +419,7 @@ def test_the_prefill_neighbour_form_is_decode_neighbour_with_the_stretch_beside_
         assert host_of(label, config, "decode-neighbour").stretch_beside_prefill == 1.0  # left out there
         with pytest.raises(ValueError, match="--host decode-neighbour"):  # a record from before it was measured
             host_of(label, config, "prefill-neighbour", {**record, "host": host})
+    assert "prefill beside another engine's prefills x1.25" in sf._calibration_line(record)
     # One engine prefills on disaggregated: nothing prefills beside another, and nothing is missing.
     assert host_of("disaggregated", "disaggregated.yaml", "prefill-neighbour", {**record, "host": host}) == host_of(
         "disaggregated", "disaggregated.yaml", "decode-neighbour", {**record, "host": host})
