@@ -1,6 +1,7 @@
 """The simulator's capacity for a live sweep's deployments, beside the capacity measured live.
 
     python -m bench.sim_capacity --live DIR/summary.json [--measurements hardware|own] [--seeds 1] [--stretch counts|flat]
+        [--host FORM]
 
 `bench.compare --rates auto` sets its rates from the colocated deployment's capacity, measured
 live by a closed loop (bench.capacity). Past that capacity a queue that drains and one that
@@ -25,7 +26,8 @@ from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
 from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
 from bench.rate_rounds import round_summaries
-from bench.sim_fidelity import _default_model_dir, sim_config_for, simulate_system, step_model_from_calibration, systems_of
+from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for, simulate_system,
+                                step_model_from_calibration, systems_of)
 from pd_serve.report import format_table
 
 FORMS = ("hardware", "own")
@@ -45,16 +47,19 @@ def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: s
 
 
 def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                       output_tokens: int, num_requests: int | None = None, seed_offset: int = 0) -> float:
-    """Req/s of `deployment`'s closed loop (bench.compare.capacity_workload) simulated on `cal`."""
+                       output_tokens: int, num_requests: int | None = None, seed_offset: int = 0,
+                       host_form: str = DEFAULT_HOST_FORM) -> float:
+    """Req/s of `deployment`'s closed loop (bench.compare.capacity_workload) simulated on `cal`,
+    the host in `host_form` (bench.sim_fidelity.HOST_FORMS)."""
     wl, concurrency = capacity_workload(dict(deployment), output_tokens, num_requests, seed_offset)
-    config = sim_config_for(label, deployment, cal, model)
+    config = sim_config_for(label, deployment, cal, model, host_form=host_form)
     records = simulate_system(config, label, step_model_from_calibration(cal), wl).records
     return steady_capacity(records, concurrency, label).rps
 
 
 def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 1,
-                  model: str | None = None, stretch: str = DEFAULT_STRETCH) -> list[list[str]]:
+                  model: str | None = None, stretch: str = DEFAULT_STRETCH,
+                  host_form: str = DEFAULT_HOST_FORM) -> list[list[str]]:
     """One row per system and round: the simulated capacity per draw of the mix."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -72,8 +77,8 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
             if label not in records:
                 continue
             deployment = yaml.safe_load(Path(path).read_text())
-            caps = [simulated_capacity(label, deployment, records[label], model, output_tokens, num_requests, s)
-                    for s in range(seeds)]
+            caps = [simulated_capacity(label, deployment, records[label], model, output_tokens, num_requests, s,
+                                       host_form) for s in range(seeds)]
             spread = "" if seeds == 1 else f"{min(caps):.2f}-{max(caps):.2f} (median {statistics.median(caps):.2f})"
             rows.append([label, "all, pooled" if measurements == "hardware" else str(k), f"{caps[0]:.2f}", spread])
     return rows
@@ -88,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,
                     help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch "
                          f"reads it ({DEFAULT_STRETCH} unless given)")
+    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
+                    help=f"the host model's form, as bench.sim_fidelity --host (default {DEFAULT_HOST_FORM})")
     args = ap.parse_args(argv)
     if args.stretch is not None and args.measurements != "hardware":
         # each round's own record holds its probe's points as measured: there is nothing to read
@@ -96,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     try:
-        rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch or DEFAULT_STRETCH)
+        rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch or DEFAULT_STRETCH,
+                             host_form=args.host)
     except ValueError as err:
         print(f"bench.sim_capacity: {err}", file=sys.stderr)
         return 2

@@ -186,12 +186,13 @@ PATH_SLOPE_FORMS = ("load-path",)
 # and 32 of 48 against 12 and 23, where the live rounds held each other to 29. The default until
 # stop 37. prefill-neighbour adds the stretch of a prefill beside another engine's step with a
 # prompt's chunk, which decode-neighbour took as none, measured by its own probe before each run
-# (`bench.prefill_beside`, since run 67: x1.28-1.36 on colocated and adaptive, x1.10-1.11 on
+# (`bench.prefill_beside`, since run 67: x1.28-1.42 on colocated and adaptive, x1.10-1.12 on
 # hybrid). Runs 59-66 had no such probe; with stop 37's factor (x1.25, measured on the idle
 # deployments that day) carried back to them: 126 of 192 pooled against 114, held out 226 of 384
 # against 219 (x1.15: 125 and 233; x1.35: 124 and 223), colocated 36 of 48 against 30, hybrid 25
-# against 20, hybrid's p99 TTFT 7% low against 30%. On run 67, fresh and measured: 17 of 24 and
-# 32 of 48 against 16 and 27 (the live rounds 22). The default since.
+# against 20, hybrid's p99 TTFT 7% low against 30%. On runs 67 and 68, fresh and measured: 17 and
+# 19 of 24, 32 and 37 of 48, against 16 and 18, 27 and 35 (the live rounds 22 and 35). The default
+# since.
 DEFAULT_HOST_FORM = "prefill-neighbour"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
@@ -901,7 +902,11 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2
     if live.get("experiment") == "rates-rounds":
-        return _main_rounds(live_path, live, args)
+        try:
+            return _main_rounds(live_path, live, args)
+        except ValueError as err:  # a record without what the host form asked for, named
+            print(f"bench.sim_fidelity: {err}", file=sys.stderr)
+            return 2
     if args.speed != "none":
         print("bench.sim_fidelity: --speed needs a --rounds sweep's summary", file=sys.stderr)
         return 2
@@ -922,8 +927,12 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.calibration_out, cal)
         print(f"calibration saved to {args.calibration_out}", file=sys.stderr)
 
-    rows = run_fidelity(live, cal, _default_model_dir(), systems=systems_of(live), live_dir=live_path.parent,
-                        tolerance=args.tolerance, host_form=args.host)
+    try:
+        rows = run_fidelity(live, cal, _default_model_dir(), systems=systems_of(live), live_dir=live_path.parent,
+                            tolerance=args.tolerance, host_form=args.host)
+    except ValueError as err:
+        print(f"bench.sim_fidelity: {err}", file=sys.stderr)
+        return 2
     table = fidelity_table(rows, args.tolerance)
     checks = [m["ok"] for r in rows for m in r["metrics"].values()]
     print(f"\nSimulator vs live CPU runs ({live_path}); error = |sim - live| / live, "

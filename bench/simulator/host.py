@@ -151,12 +151,12 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
 - prefill-neighbour (`stretch_beside_prefill` set besides; `--host prefill-neighbour`): as
   decode-neighbour, and a prefill beside another engine's step with a prompt's chunk takes the
   stretch measured there (`bench.prefill_beside`: a 1,024-token probe's part inside its engine
-  beside one 1,024-token prompt at a time on the other engine, over its part alone; x1.16-1.37
-  on colocated, adaptive and hybrid at stop 37). That neighbour computes on a core of its own,
-  but each of its requests and steps has work on the shared cores. decode-neighbour took it as
-  none, and simulated colocated 14-20% fast over runs 59-66. On run 67, fresh, 17 of 24 figures
-  within 20% pooled and 32 of 48 held out, against decode-neighbour's 16 and 27; the default
-  since stop 37.
+  beside one 1,024-token prompt at a time on the other engine, over its part alone; on runs
+  67-68 x1.28-1.42 on colocated and adaptive, x1.10-1.12 on hybrid's prefill-only engine). That
+  neighbour computes on a core of its own, but each of its requests and steps has work on the
+  shared cores. decode-neighbour took it as none, and simulated colocated 14-20% fast over runs
+  59-66. On runs 67 and 68, fresh, 17 and 19 of 24 figures within 20% pooled and 32 and 37 of 48
+  held out, against decode-neighbour's 16, 18, 27 and 35; the default since stop 37.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

@@ -56,3 +56,16 @@ def test_a_rounds_sweep_reads_each_rounds_measurements(tmp_path, cal):  # noqa: 
     assert own[1]["colocated"]["overhead_s"] == pytest.approx(2 * own[0]["colocated"]["overhead_s"])
     # a single sweep is its own one round
     assert round_summaries(tmp_path / "round_0" / "summary.json", {"rates": [1.0]}) == [{"rates": [1.0]}]
+
+
+def test_a_record_without_what_the_host_form_needs_is_refused(tmp_path, capsys, cal):  # noqa: F811
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "cpu_s_per_request": 0.01}
+    path = tmp_path / "older.json"
+    write_summary(path, {"colocated": {**cal, "host": host,
+                                       "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}})
+    # the default form (prefill-neighbour) needs the probe of a prefill beside another engine's
+    assert main(["--live", str(path)]) == 2
+    assert "--host decode-neighbour" in capsys.readouterr().err
+    assert main(["--live", str(path), "--host", "decode-neighbour"]) == 0
+    assert "colocated" in capsys.readouterr().out
