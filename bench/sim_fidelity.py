@@ -186,13 +186,14 @@ PATH_SLOPE_FORMS = ("load-path",)
 # and 32 of 48 against 12 and 23, where the live rounds held each other to 29. The default until
 # stop 37. prefill-neighbour adds the stretch of a prefill beside another engine's step with a
 # prompt's chunk, which decode-neighbour took as none, measured by its own probe before each run
-# (`bench.prefill_beside`, since run 67: x1.28-1.42 on colocated and adaptive, x1.10-1.12 on
+# (`bench.prefill_beside`, since run 67: x1.28-1.42 on colocated and adaptive, x1.03-1.14 on
 # hybrid). Runs 59-66 had no such probe; with stop 37's factor (x1.25, measured on the idle
 # deployments that day) carried back to them: 126 of 192 pooled against 114, held out 226 of 384
 # against 219 (x1.15: 125 and 233; x1.35: 124 and 223), colocated 36 of 48 against 30, hybrid 25
-# against 20, hybrid's p99 TTFT 7% low against 30%. On runs 67 and 68, fresh and measured: 17 and
-# 19 of 24, 32 and 37 of 48, against 16 and 18, 27 and 35 (the live rounds 22 and 35). The default
-# since.
+# against 20, hybrid's p99 TTFT 7% low against 30%. On runs 67-69, fresh and measured: 17, 19 and
+# 17 of 24, 32, 37 and 30 of 48, against 16, 18 and 19, 27, 35 and 34 (the live rounds 22, 35, 35):
+# a tie pooled, 99 against 96 held out. The default since, on the totals over runs 59-69 (179 of
+# 264 pooled against 167).
 DEFAULT_HOST_FORM = "prefill-neighbour"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)

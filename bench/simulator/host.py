@@ -152,11 +152,13 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   decode-neighbour, and a prefill beside another engine's step with a prompt's chunk takes the
   stretch measured there (`bench.prefill_beside`: a 1,024-token probe's part inside its engine
   beside one 1,024-token prompt at a time on the other engine, over its part alone; on runs
-  67-68 x1.28-1.42 on colocated and adaptive, x1.10-1.12 on hybrid's prefill-only engine). That
+  67-69 x1.28-1.42 on colocated and adaptive, x1.03-1.14 on hybrid's prefill-only engine). That
   neighbour computes on a core of its own, but each of its requests and steps has work on the
   shared cores. decode-neighbour took it as none, and simulated colocated 14-20% fast over runs
-  59-66. On runs 67 and 68, fresh, 17 and 19 of 24 figures within 20% pooled and 32 and 37 of 48
-  held out, against decode-neighbour's 16, 18, 27 and 35; the default since stop 37.
+  59-66. On runs 67-69, fresh, 17, 19 and 17 of 24 figures within 20% pooled and 32, 37 and 30
+  of 48 held out, against decode-neighbour's 16, 18 and 19, 27, 35 and 34: a tie pooled. The
+  default since stop 37, on the totals over runs 59-69 (179 of 264 pooled against 167, the
+  factor carried back to runs 59-66).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
