@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
@@ -167,28 +167,24 @@ def one_prompt(stream: Callable[..., Any], vocab_size: int, num_tokens: int, rou
     return record
 
 
-@dataclass
-class _Probes:
-    records: list[Any] = field(default_factory=list)
-    dropped: int = 0
-
-
 def measure_prefill_beside(dep: Any, routes: ProbeRoutes, engine_parts: Callable[[], Mapping[str, Mapping[str, Any]]],
                            repeats: int = REPEATS, rounds: int = ROUNDS) -> PrefillBeside:
     """The probe (module docstring) on `dep`, otherwise idle. `engine_parts()` returns each
     served request's parts inside its engines by the server's request id (the router's log,
     `engine_s`: {"prefill": s, "decode": s})."""
-    alone, beside = _Probes(), _Probes()
-    background_served = 0
+    alone: list[Any] = []
+    beside: list[Any] = []  # the probes beside that had their engine to themselves
+    dropped = background_served = 0
     salt = PROBE_SALT
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
     one_prompt(dep.stream, dep.vocab_size, PROBE_PROMPT_TOKENS, routes.probe, salt)
     for r in range(rounds):
         for _ in range(repeats):
             salt += 1
-            alone.records.append(one_prompt(dep.stream, dep.vocab_size, PROBE_PROMPT_TOKENS, routes.probe, salt))
+            alone.append(one_prompt(dep.stream, dep.vocab_size, PROBE_PROMPT_TOKENS, routes.probe, salt))
             time.sleep(PAUSE_S)
         background = BackgroundPrompts(dep.stream, dep.vocab_size, routes.background, BACKGROUND_SALT + 10_000 * r)
+        probes = []
         try:
             for _ in range(repeats):
                 salt += 1
@@ -196,20 +192,19 @@ def measure_prefill_beside(dep: Any, routes: ProbeRoutes, engine_parts: Callable
                 if not background.sent.wait(WAIT_S):
                     raise RuntimeError(f"no background prompt was sent in {WAIT_S:.0f} s")
                 time.sleep(PROBE_DELAY_S)
-                beside.records.append(one_prompt(dep.stream, dep.vocab_size, PROBE_PROMPT_TOKENS, routes.probe,
-                                                 salt))
+                probes.append(one_prompt(dep.stream, dep.vocab_size, PROBE_PROMPT_TOKENS, routes.probe, salt))
         finally:
             background.stop()
         background_served += len(background.records)
-        kept = [p for p in beside.records[-repeats:] if not shared_engine(p, background.records, routes)]
-        beside.dropped += repeats - len(kept)
-        beside.records[-repeats:] = kept
-    if not beside.records:
-        raise RuntimeError(f"every probe beside ({beside.dropped}) shared its engine with a background prompt: "
+        kept = [p for p in probes if not shared_engine(p, background.records, routes)]
+        dropped += len(probes) - len(kept)
+        beside += kept
+    if not beside:
+        raise RuntimeError(f"every probe beside ({dropped}) shared its engine with a background prompt: "
                            f"the router did not send them to two engines")
     parts = engine_parts()
-    alone_s, beside_s = (_parts_of(p.records, parts, routes.part) for p in (alone, beside))
-    return PrefillBeside(stretch_factor(alone_s, beside_s), tuple(alone_s), tuple(beside_s), beside.dropped,
+    alone_s, beside_s = _parts_of(alone, parts, routes.part), _parts_of(beside, parts, routes.part)
+    return PrefillBeside(stretch_factor(alone_s, beside_s), tuple(alone_s), tuple(beside_s), dropped,
                          background_served, routes)
 
 

@@ -251,11 +251,10 @@ class Simulator:
         the engines' steps change (`_restretch`)."""
         host = self.cluster.host
         prefill_only = self._is_prefill_only(worker_id)
-        beside_prefill_only = not prefill_only and self._prefill_only_prefilling(worker_id)
         if host.stretch_rule == STRETCH_STREAMS:
             return host.load_factor(num_streams, beside=prefill_only)
         if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:
-            return host.load_factor(num_streams, beside=prefill_only or beside_prefill_only)
+            return host.load_factor(num_streams, beside=prefill_only or self._prefill_only_prefilling(worker_id))
         assert host.stretch_rule == STRETCH_DECODE_NEIGHBOUR, host.stretch_rule
         # what the probes measured, in the cases they measured: beside another engine's decode
         # steps, beside another engine's prefill, and (hybrid, on the engine that streams)
@@ -267,7 +266,7 @@ class Simulator:
         if any(step.chunks for step in neighbours):
             # beside a neighbour's prefill: measured on its own (bench.prefill_beside)
             factor = max(factor, host.prefill_neighbour_factor())
-        if beside_prefill_only:
+        if not prefill_only and self._prefill_only_prefilling(worker_id):
             factor = max(factor, host.load_factor(num_streams, beside=True))
         return factor
 
