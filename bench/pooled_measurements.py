@@ -83,9 +83,9 @@ MEASUREMENTS = ("own", "pooled", "hardware")
 DEFAULT_MEASUREMENTS = "hardware"
 # Keys whose values are raw samples or probe detail, not figures the simulator reads: kept as the
 # first round's (their medians would mean nothing).
-RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "prefill_beside_probe", "calibration",
-                      "router_calibration", "hf_config", "model_spec", "kv_geometry", "probe_fit", "router_links",
-                      "window_s"})
+RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "prefill_beside_probe", "decode_growth_probe",
+                      "calibration", "router_calibration", "hf_config", "model_spec", "kv_geometry", "probe_fit",
+                      "router_links", "window_s"})
 
 
 def pooled_record(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

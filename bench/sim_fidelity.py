@@ -72,6 +72,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, rates_workload
+from bench.decode_growth import measure_decode_growth
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
@@ -88,6 +89,7 @@ from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
 from pd_serve.request_path import measure_request_path
+from schedulers.candidates import DECODE_ROLES
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import COEFFICIENTS, StepTimeModel
 from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
@@ -322,6 +324,16 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
               f"{_ms(statistics.median(neighbour.beside_s))} ms against {_ms(statistics.median(neighbour.alone_s))} "
               f"ms alone; {neighbour.dropped} probe(s) dropped, sharing an engine)", file=sys.stderr, flush=True)
         host_record.update(stretch_beside_prefill=neighbour.factor, prefill_beside_probe=neighbour.to_dict())
+    if sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES) == 1:
+        growth = measure_decode_growth(dep, RATES_BUCKETS)
+        print("    decode steps in loops of the rates mix: "
+              + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in growth.points)
+              + f" over the calibration ({growth.context_tokens:.0f}-token contexts; {growth.seconds:.0f} s)",
+              file=sys.stderr, flush=True)
+        host_record["decode_growth_probe"] = growth.to_dict()
+        if growth.usable:
+            host_record.update(step_excess_mix=[list(p) for p in growth.points],
+                               step_excess_mix_context_tokens=growth.context_tokens)
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
