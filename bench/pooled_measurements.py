@@ -170,8 +170,9 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
 def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> dict[str, Any]:
     """`record` with its host's decode-step excesses re-expressed against the step model of
     coefficients `step`: each plus what the record's own model predicts for a decode step of that
-    many streams (at `bench.host_cpu`'s burst contexts) less what `step`'s predicts. A record with
-    no host or no step model is returned as it is."""
+    many streams (at `bench.host_cpu`'s burst contexts; `bench.decode_growth`'s points at its
+    loops' mean context) less what `step`'s predicts. A record with no host or no step model is
+    returned as it is."""
     from bench.sim_fidelity import step_model_from_calibration  # it imports this module
 
     host = record.get("host")
@@ -180,8 +181,8 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
     own = step_model_from_calibration(record)
     pooled = replace(own, **step)
 
-    def shift(streams: int) -> float:
-        contexts = [EXCESS_CONTEXT_TOKENS] * streams
+    def shift(streams: int, context: int = EXCESS_CONTEXT_TOKENS) -> float:
+        contexts = [context] * streams
         return own.predict(0, 0, contexts) - pooled.predict(0, 0, contexts)
 
     host = dict(host)
@@ -191,6 +192,9 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
             host[key] = host[key] + shift(streams)
     if host.get("step_excess_batch"):
         host["step_excess_batch"] = [[n, e + shift(int(n))] for n, e in host["step_excess_batch"]]
+    if host.get("step_excess_mix"):  # bench.decode_growth's loops, at their requests' mean context
+        context = round(host.get("step_excess_mix_context_tokens") or EXCESS_CONTEXT_TOKENS)
+        host["step_excess_mix"] = [[n, e + shift(int(n), context)] for n, e in host["step_excess_mix"]]
     return {**record, "host": host}
 
 

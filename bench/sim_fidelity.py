@@ -130,11 +130,14 @@ HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_ex
 HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
 # read as path-cores, each with its stretch rule (bench.simulator.host)
 STRETCH_RULE_FORMS = {"neighbour-stretch": STRETCH_PREFILL_ONLY_BUSY, "decode-neighbour": STRETCH_DECODE_NEIGHBOUR,
-                      "prefill-neighbour": STRETCH_DECODE_NEIGHBOUR}
+                      "prefill-neighbour": STRETCH_DECODE_NEIGHBOUR, "mix-growth": STRETCH_DECODE_NEIGHBOUR}
 HOST_FORMS.update({form: HOST_FORMS["path-cores"] for form in STRETCH_RULE_FORMS})
 # decode-neighbour with the stretch measured beside another engine's prefills (bench.prefill_beside)
 HOST_FORMS["prefill-neighbour"] = (*HOST_FORMS["path-cores"], "stretch_beside_prefill")
-PREFILL_NEIGHBOUR_FORMS = ("prefill-neighbour",)
+# prefill-neighbour with a single decode engine's growth by batch from loops of the mix (bench.decode_growth)
+HOST_FORMS["mix-growth"] = (*HOST_FORMS["prefill-neighbour"], "step_excess_mix")
+PREFILL_NEIGHBOUR_FORMS = ("prefill-neighbour", "mix-growth")
+MIX_GROWTH_FORMS = ("mix-growth",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
 BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
@@ -324,7 +327,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
               f"{_ms(statistics.median(neighbour.beside_s))} ms against {_ms(statistics.median(neighbour.alone_s))} "
               f"ms alone; {neighbour.dropped} probe(s) dropped, sharing an engine)", file=sys.stderr, flush=True)
         host_record.update(stretch_beside_prefill=neighbour.factor, prefill_beside_probe=neighbour.to_dict())
-    if sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES) == 1:
+    if decode_engines(Counter(info.role for info in dep.infos.values())) == 1:
         growth = measure_decode_growth(dep, RATES_BUCKETS)
         print("    decode steps in loops of the rates mix: "
               + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in growth.points)
@@ -335,6 +338,12 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
             host_record.update(step_excess_mix=[list(p) for p in growth.points],
                                step_excess_mix_context_tokens=growth.context_tokens)
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
+
+
+def decode_engines(role_counts: Mapping[str, int]) -> int:
+    """How many engines of a deployment decode: the decode-only and the `both` ones. With one,
+    `bench.decode_growth` measures its steps' growth by batch (form mix-growth)."""
+    return sum(role_counts.get(role, 0) for role in DECODE_ROLES)
 
 
 def load_probe_route(roles: set[str]) -> str:
@@ -469,6 +478,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"{label}: host form {host_form!r} needs a prefill's stretch beside another engine's "
                          f"prefills (`bench.prefill_beside`, measured since stop 37); this record has none: "
                          f"pass --host decode-neighbour for it")
+    if (host_form in MIX_GROWTH_FORMS and host_spec and decode_engines(cfg.role_counts()) == 1
+            and "step_excess_mix" not in host_spec):
+        raise ValueError(f"{label}: host form {host_form!r} needs the decode steps' excess in loops of the "
+                         f"workload's mix (`bench.decode_growth`, measured since stop 38); this record has "
+                         f"none: pass --host prefill-neighbour for it")
     if host_form in PATH_CORES_FORMS and host_spec:
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
     if host_form in STRETCH_RULE_FORMS and host_spec:
@@ -789,6 +803,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     for key, what in (("decode_beside_prefill", "its prefill"), ("decode_beside_handover", "a hand-over")):
         if host.get(key):
             line += f"; decode step beside {what} " + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in host[key])
+    if host.get("step_excess_mix"):
+        line += "; decode step in loops of the mix " + ", ".join(f"{_signed_ms(e)} ms with {n}"
+                                                               for n, e in host["step_excess_mix"])
     return line
 
 
@@ -880,7 +897,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path-cores with a prefill stretched only beside another engine's decode-only step "
                          "or a prefill-only engine at work (decode-neighbour); as decode-neighbour with a "
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
-                         "(prefill-neighbour, the default); as path-cores with a lone stream's step priced "
+                         "(prefill-neighbour, the default); as prefill-neighbour with a single decode "
+                         "engine's further streams priced by the growth bench.decode_growth measured in "
+                         "loops of the workload's mix (mix-growth); as path-cores with a lone stream's step priced "
                          "by whether another engine stepped within vLLM's spin window (spin); as "
                          "path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "

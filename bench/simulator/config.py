@@ -159,10 +159,12 @@ class HostConfig(_Strict):
     stretch_rule: str = STRETCH_STREAMS
     # under decode-neighbour: a prefill's factor beside another engine's prefill (host.py)
     stretch_beside_prefill: float = Field(1.0, gt=0)
+    # (streams, excess) of decode steps in loops of the workload's mix, from one stream (host.py)
+    step_excess_mix: list[tuple[int, float]] = Field(default_factory=list)
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
-                "decode_beside_handover")
+                "decode_beside_handover", "step_excess_mix")
         values = self.model_dump(exclude={"neighbour", *keys})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

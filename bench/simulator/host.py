@@ -159,6 +159,16 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   of 48 held out, against decode-neighbour's 16, 18 and 19, 27, 35 and 34: a tie pooled. The
   default since stop 37, on the totals over runs 59-69 (179 of 264 pooled against 167, the
   factor carried back to runs 59-66).
+- mix-growth (`step_excess_mix` set besides; `--host mix-growth`): as prefill-neighbour, but on a
+  deployment with a single engine that decodes (disaggregated, hybrid) what each stream of a
+  decode step beyond the first adds is what the excess grew by from one stream in closed loops
+  of the workload's own prompt mix (`bench.decode_growth`, 1, 2, 4 and 6 streams, the quiet gaps
+  only), not in the 128-token bursts. A longer context costs a decode step more on this host than
+  the calibration says, and the bursts' short prompts miss it: live, that engine's quiet steps
+  took 0.4-0.8 ms more per further stream on every run of 59-69, where the bursts' points did not
+  rise; the simulated mean TPOT of disaggregated was 22-36% low on runs 67-69. With each round's
+  growth taken from the other round's live quiet steps instead (an upper bound for the probe),
+  runs 67-69 came to 60 of 72 figures within 20% pooled against 53.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -207,7 +217,9 @@ class HostSpec:
     prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR). `stretch_beside_prefill`: under
     STRETCH_DECODE_NEIGHBOUR, how many times its engine time a prefill takes beside another
     engine's step with a prompt's chunk in it (measured, `bench.prefill_beside`; 1: as its
-    engine time)."""
+    engine time). `step_excess_mix`: (streams, excess) of decode steps in closed loops of the
+    workload's prompt mix, the first at one stream (`bench.decode_growth`); when set, what each
+    stream beyond the first adds is what their excess grew by from one stream."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -226,6 +238,7 @@ class HostSpec:
     step_excess_spin_s: float | None = None
     stretch_rule: str = STRETCH_STREAMS
     stretch_beside_prefill: float = 1.0
+    step_excess_mix: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -243,6 +256,10 @@ class HostSpec:
         _check_counts("step_excess_batch", self.step_excess_batch, above=2)
         _check_counts("decode_beside_prefill", self.decode_beside_prefill, above=0)
         _check_counts("decode_beside_handover", self.decode_beside_handover, above=0)
+        _check_counts("step_excess_mix", self.step_excess_mix, above=0)
+        if self.step_excess_mix and (len(self.step_excess_mix) < 2 or self.step_excess_mix[0][0] != 1):
+            raise ValueError(f"host.step_excess_mix needs the one-stream point and another, got "
+                             f"{[n for n, _ in self.step_excess_mix]}")
         for name in ("load_stretch", "load_stretch_beside"):
             points = getattr(self, name)
             _check_counts(name, points, above=0)
@@ -317,6 +334,8 @@ class HostSpec:
     def _further_streams_s(self, num_streams: int) -> float:
         """What the streams of a decode step beyond its first add to its excess."""
         assert self.step_excess_1_s is not None and self.step_excess_2_s is not None
+        if self.step_excess_mix:
+            return _joined(self.step_excess_mix, num_streams) - self.step_excess_mix[0][1]
         if self.step_excess_batch:
             points = ((1, self.step_excess_1_s), (2, self.step_excess_2_s), *self.step_excess_batch)
             return _joined(points, num_streams) - self.step_excess_1_s

@@ -147,3 +147,25 @@ def test_a_flat_stretch_pools_every_probe_beside_streams_over_its_own_records_al
                                                            [8, pytest.approx(1.65)]]
     with pytest.raises(ValueError, match="stretch must be one of"):
         hardware_measurements([{"colocated": a}], shapes, stretch="mean")
+
+
+def test_hardware_shifts_the_mix_loops_points_at_their_own_context(cal):  # noqa: F811
+    # One deployment calibrated with KV reads twice as dear as the pool's: its loops' points,
+    # measured against that model, gain what the two models differ by at the loops' mean context
+    # (1,000 tokens a stream), not at the short bursts' context.
+    from bench.pooled_measurements import EXCESS_CONTEXT_TOKENS
+    from bench.sim_fidelity import step_model_from_calibration
+
+    def rec(kv_factor: float) -> dict:
+        return {**cal, "s_per_kv_byte": cal["s_per_kv_byte"] * kv_factor,
+                "host": {"step_excess_mix": [[1, 0.001], [4, 0.002]], "step_excess_mix_context_tokens": 1000.0}}
+
+    out = hardware_measurements([{"a": rec(1.0), "b": rec(1.0), "c": rec(2.0)}], {"a": "1", "b": "2", "c": "3"})[0]
+    own, pooled = step_model_from_calibration(rec(2.0)), step_model_from_calibration(cal)
+    shift = [own.predict(0, 0, [1000] * n) - pooled.predict(0, 0, [1000] * n) for n in (1, 4)]
+    assert shift[1] > 3 * shift[0] > 0
+    assert out["c"]["host"]["step_excess_mix"] == [[1, pytest.approx(0.001 + shift[0])],
+                                                    [4, pytest.approx(0.002 + shift[1])]]
+    at_burst = own.predict(0, 0, [EXCESS_CONTEXT_TOKENS] * 4) - pooled.predict(0, 0, [EXCESS_CONTEXT_TOKENS] * 4)
+    assert shift[1] > 2 * at_burst
+    assert out["a"]["host"]["step_excess_mix"] == [[1, pytest.approx(0.001)], [4, pytest.approx(0.002)]]

@@ -450,3 +450,29 @@ def test_the_load_probe_goes_to_an_engine_that_streams_where_there_is_one():
     assert sf.load_probe_route({"both"}) == "colocated"
     assert sf.load_probe_route({"both", "prefill"}) == "colocated"  # hybrid: not to its idle prefill engine
     assert sf.load_probe_route({"prefill", "decode"}) == "auto"  # disaggregated: every probe goes there
+
+
+def test_the_mix_growth_form_is_prefill_neighbour_with_the_single_decode_engines_growth(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01, "cpu_s_per_token": 0.002,
+            "stretch_beside_prefill": 1.25}
+    mix = [[1, 0.002], [2, 0.003], [4, 0.006]]
+    record = {**cal, "host": {**host, "step_excess_mix": mix, "step_excess_mix_context_tokens": 700.0},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    for label, config in (("disaggregated", "disaggregated.yaml"), ("hybrid adaptive", "hybrid.yaml")):
+        grown = host_of(label, config, "mix-growth")
+        assert grown == replace(host_of(label, config, "prefill-neighbour"),
+                                step_excess_mix=((1, 0.002), (2, 0.003), (4, 0.006)))
+        with pytest.raises(ValueError, match="--host prefill-neighbour"):  # a record from before it was measured
+            host_of(label, config, "mix-growth", {**record, "host": host})
+    assert host_of("disaggregated", "disaggregated.yaml", "prefill-neighbour").step_excess_mix == ()
+    # Two engines decode on colocated: the probe does not run there, and nothing is missing.
+    assert host_of("colocated", "colocated.yaml", "mix-growth", {**record, "host": host}) == host_of(
+        "colocated", "colocated.yaml", "prefill-neighbour", {**record, "host": host})
+    assert "decode step in loops of the mix +2.00 ms with 1, +3.00 ms with 2, +6.00 ms with 4" in sf._calibration_line(
+        record)
+    assert sf.decode_engines({"prefill": 1, "both": 1}) == 1 and sf.decode_engines({"both": 2}) == 2

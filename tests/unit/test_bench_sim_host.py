@@ -270,3 +270,17 @@ def test_the_simulated_router_learns_the_hosts_load_and_prices_prefills_by_it():
     assert first.ttft_s / first.predicted_ttft_s == pytest.approx(1.5, rel=0.02)  # priced as on an idle host
     assert last.ttft_s / last.predicted_ttft_s == pytest.approx(1.0, rel=0.05)
     assert sim.router.feedback.factor_at(1) == pytest.approx(1.5, rel=0.05)
+
+
+def test_further_streams_follow_the_growth_in_loops_of_the_mix_when_measured():
+    host = HostSpec(num_cores=2, step_excess_1_s=0.001, step_excess_2_s=0.002, step_excess_alone_s=0.0005,
+                    step_excess_batch=((4, 0.003), (8, 0.005)),
+                    step_excess_mix=((1, 0.002), (2, 0.003), (4, 0.006)))
+    busy = 2
+    assert host.step_delay_s(busy, 1) == pytest.approx(0.001)  # the first stream's excess is e1 still
+    assert host.step_delay_s(busy, 3) == pytest.approx(0.001 + 0.0025)  # halfway from 2 to 4, over one stream
+    assert host.step_delay_s(busy, 6) == pytest.approx(0.001 + 0.007)  # on along the last segment
+    assert host.step_delay_s(1, 4) == pytest.approx(0.0005 + 0.004)  # alone: the lone stream's, plus the growth
+    for points in (((2, 0.003), (4, 0.006)), ((1, 0.002),), ((1, 0.002), (1, 0.003))):
+        with pytest.raises(ValueError, match="step_excess_mix"):
+            HostSpec(num_cores=2, step_excess_mix=points)
