@@ -67,7 +67,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import yaml
 
@@ -136,15 +136,48 @@ HOST_FORMS.update({form: HOST_FORMS["path-cores"] for form in STRETCH_RULE_FORMS
 HOST_FORMS["prefill-neighbour"] = (*HOST_FORMS["path-cores"], "stretch_beside_prefill")
 # prefill-neighbour with a single decode engine's growth by batch from loops of the mix (bench.decode_growth)
 HOST_FORMS["mix-growth"] = (*HOST_FORMS["prefill-neighbour"], "step_excess_mix")
-PREFILL_NEIGHBOUR_FORMS = ("prefill-neighbour", "mix-growth")
-MIX_GROWTH_FORMS = ("mix-growth",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
-LOAD_FORMS = ("load", "load-path", "load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
-BATCH_FORMS = ("load-batch", "load-beside", "path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
-PATH_CORES_FORMS = ("path-cores", "spin", "handover", *STRETCH_RULE_FORMS)
-HANDOVER_FORMS = ("handover",)
-SPIN_FORMS = ("spin",)
 PATH_SLOPE_FORMS = ("load-path",)
+
+
+class Measured(NamedTuple):
+    """A measurement some forms read, which records from before it was measured lack: `keys`
+    (any one of them will do), the deployments it applies to (`applies(role_counts)`), what
+    measures it and since when (`what`), and the form to pass for such a record (`fallback`).
+    `empty_is_missing`: an empty list of points counts as not measured (else it is a probe that
+    saw too few gaps, and the form reads it as nothing to add)."""
+
+    keys: tuple[str, ...]
+    applies: Callable[[Mapping[str, int]], bool]
+    what: str
+    fallback: str
+    empty_is_missing: bool = False
+
+
+def _always(role_counts: Mapping[str, int]) -> bool:
+    return True
+
+
+# The records a form refuses, in the order they are checked: the first missing is named.
+MEASURED_SINCE = (
+    Measured(("load_stretch",), _always, "the prefill's stretch under load (`bench.host_load`, measured since "
+             "the evening of 2026-12-01)", "neighbour-steps"),
+    Measured(("step_excess_batch",), _always, "the decode steps' excess at large batches (`bench.host_cpu`, "
+             "measured since run 28)", "load-path", empty_is_missing=True),
+    Measured(("decode_beside_prefill",), lambda roles: ROLE_PREFILL in roles, "what a decode step loses beside "
+             "the prefill-only engine's prefill (`bench.host_load`, measured since run 30)", "load-batch"),
+    Measured(("decode_beside_handover",), lambda roles: ROLE_PREFILL in roles, "what a decode step loses while "
+             "a request is handed over to its engine (`bench.host_load`'s decode_handover, measured since stop "
+             "35)", "path-cores"),
+    Measured(("step_excess_quiet_s", "step_excess_spin_s"), _always, "the lone stream's excess by whether the "
+             "other engines stepped within vLLM's spin window (`bench.neighbour_spin`, measured since run 54)",
+             "path-cores"),
+    Measured(("stretch_beside_prefill",), lambda roles: prefill_engines(roles) > 1, "a prefill's stretch beside "
+             "another engine's prefills (`bench.prefill_beside`, measured since stop 37)", "decode-neighbour"),
+    Measured(("step_excess_mix",), lambda roles: decode_engines(roles) == 1, "the decode steps' excess in loops "
+             "of the workload's mix (`bench.decode_growth`, measured since stop 38)", "prefill-neighbour"),
+)
+
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
 # form came closest on runs 8-10 (35, 29, 30 of 36). The neighbour-steps form, built from run
 # 12's token gaps (a decode step doubles while the other engine decodes), came to 34 and 32 on
@@ -340,6 +373,17 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
 
 
+def _check_measured(label: str, host_form: str, host_spec: Mapping[str, Any], role_counts: Mapping[str, int]) -> None:
+    """Refuse a record that lacks a measurement `host_form` reads (MEASURED_SINCE), naming the
+    form that does without it."""
+    for m in MEASURED_SINCE:
+        read = [k for k in m.keys if k in HOST_FORMS[host_form]]
+        missing = (None, [], ()) if m.empty_is_missing else (None,)
+        if read and m.applies(role_counts) and all(host_spec.get(k) in missing for k in read):
+            raise ValueError(f"{label}: host form {host_form!r} needs {m.what}; this record has none: "
+                             f"pass --host {m.fallback} for it")
+
+
 def decode_engines(role_counts: Mapping[str, int]) -> int:
     """How many engines of a deployment decode: the decode-only and the `both` ones. With one,
     `bench.decode_growth` measures its steps' growth by batch (form mix-growth)."""
@@ -450,40 +494,9 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         raise ValueError(f"host_form must be one of {sorted(HOST_FORMS)}, got {host_form!r}")
     host = cal.get("host") or {}
     host_spec = {k: host[k] for k in HOST_FORMS[host_form] if host.get(k) is not None}
-    if host_form in LOAD_FORMS and host_spec and "load_stretch" not in host_spec:
-        raise ValueError(f"{label}: host form {host_form!r} needs the prefill's stretch under load "
-                         f"(`bench.host_load`, measured since the evening of 2026-12-01); this record "
-                         f"has none: pass --host neighbour-steps for it")
-    if host_form in BATCH_FORMS and host_spec and not host_spec.get("step_excess_batch"):
-        raise ValueError(f"{label}: host form {host_form!r} needs the decode steps' excess at large batches "
-                         f"(`bench.host_cpu`, measured since run 28); this record has none: pass "
-                         f"--host load-path for it")
-    if (host_form in ("load-beside", *PATH_CORES_FORMS) and host_spec and ROLE_PREFILL in cfg.role_counts()
-            and "decode_beside_prefill" not in host_spec):
-        raise ValueError(f"{label}: host form 'load-beside' needs what a decode step loses beside the "
-                         f"prefill-only engine's prefill (`bench.host_load`, measured since run 30); this "
-                         f"record has none: pass --host load-batch for it")
-    if (host_form in HANDOVER_FORMS and host_spec and ROLE_PREFILL in cfg.role_counts()
-            and "decode_beside_handover" not in host_spec):
-        raise ValueError(f"{label}: host form {host_form!r} needs what a decode step loses while a request is "
-                         f"handed over to its engine (`bench.host_load`'s decode_handover, measured since stop "
-                         f"35); this record has none: pass --host path-cores for it")
-    if (host_form in SPIN_FORMS and host_spec and "step_excess_quiet_s" not in host_spec
-            and "step_excess_spin_s" not in host_spec):
-        raise ValueError(f"{label}: host form {host_form!r} needs the lone stream's excess by whether the "
-                         f"other engines stepped within vLLM's spin window (`bench.neighbour_spin`, "
-                         f"measured since run 54); this record has none: pass --host path-cores for it")
-    if (host_form in PREFILL_NEIGHBOUR_FORMS and host_spec and prefill_engines(cfg.role_counts()) > 1
-            and "stretch_beside_prefill" not in host_spec):
-        raise ValueError(f"{label}: host form {host_form!r} needs a prefill's stretch beside another engine's "
-                         f"prefills (`bench.prefill_beside`, measured since stop 37); this record has none: "
-                         f"pass --host decode-neighbour for it")
-    if (host_form in MIX_GROWTH_FORMS and host_spec and decode_engines(cfg.role_counts()) == 1
-            and "step_excess_mix" not in host_spec):
-        raise ValueError(f"{label}: host form {host_form!r} needs the decode steps' excess in loops of the "
-                         f"workload's mix (`bench.decode_growth`, measured since stop 38); this record has "
-                         f"none: pass --host prefill-neighbour for it")
-    if host_form in PATH_CORES_FORMS and host_spec:
+    if host_spec:
+        _check_measured(label, host_form, host_spec, cfg.role_counts())
+    if "cpu_s_per_request" in HOST_FORMS[host_form] and host_spec:  # the path-cores forms
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
     if host_form in STRETCH_RULE_FORMS and host_spec:
         host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]

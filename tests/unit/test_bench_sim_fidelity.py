@@ -342,6 +342,12 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
         sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), {**cal, "host": older}, model_dir)
     with pytest.raises(ValueError, match="--host load-beside"):  # a record without the path's CPU per request
         sf.sim_config_for("disaggregated", load("disaggregated.yaml"), {**cal, "host": host}, model_dir)
+    # A probe that saw too few gaps measured no points: nothing to add, not a record to refuse;
+    # no batch points at all is one from before they were measured.
+    assert host_of("hybrid adaptive", "hybrid.yaml", "load-beside",
+                   {**host, "decode_beside_prefill": []}).decode_beside_prefill == ()
+    with pytest.raises(ValueError, match="--host load-path"):
+        host_of("hybrid adaptive", "hybrid.yaml", "load-beside", {**host, "step_excess_batch": []})
     # Without a prefill-only engine there is nothing to measure and nothing missing.
     assert host_of("colocated", "colocated.yaml", "load-beside", older) == host_of("colocated", "colocated.yaml",
                                                                                   "load-batch", older)
