@@ -21,7 +21,8 @@ takes them) with `LOOP_STREAMS` requests in flight, `REQUESTS_PER_STREAM` reques
 of the host lands on every loop). Every gap between two tokens in which no request anywhere was
 on its way to its first token counts, as its excess over the calibrated decode step for the
 batch and contexts at that moment; each loop's point is the median at its own batch, over its
-repeats. The simulator takes what the excess grew by from one stream (`HostSpec.step_excess_mix`).
+repeats. The simulator takes the slope of the line through the points per further stream
+(`HostSpec.step_excess_mix`).
 It needs a single engine that decodes: with two, the quiet gaps (no other engine decoding) are
 too few in a loop that keeps both busy.
 """

@@ -161,9 +161,12 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   factor carried back to runs 59-66).
 - mix-growth (`step_excess_mix` set besides; `--host mix-growth`): as prefill-neighbour, but on a
   deployment with a single engine that decodes (disaggregated, hybrid) what each stream of a
-  decode step beyond the first adds is what the excess grew by from one stream in closed loops
-  of the workload's own prompt mix (`bench.decode_growth`, 1, 2, 4 and 6 streams, the quiet gaps
-  only), not in the 128-token bursts. A longer context costs a decode step more on this host than
+  decode step beyond the first adds the slope of the line through the excess measured in closed
+  loops of the workload's own prompt mix (`bench.decode_growth`, 1, 2, 4 and 6 streams, the quiet
+  gaps only; least squares, never below 0), not the 128-token bursts' points. The line, not the
+  points joined: each point is a loop of under 10 s, and on run 70 two of its four loop sets
+  measured less at 6 streams than at 4 (joined, the growth would shrink beyond 6 streams, where
+  a decode engine at 7.7 req/s carries 8-12); joined, run 70 came to the same 20 of 24 pooled. A longer context costs a decode step more on this host than
   the calibration says, and the bursts' short prompts miss it: live, that engine's quiet steps
   took 0.4-0.8 ms more per further stream on every run of 59-69, where the bursts' points did not
   rise; the simulated mean TPOT of disaggregated was 22-36% low on runs 67-69. With each round's
@@ -218,8 +221,9 @@ class HostSpec:
     STRETCH_DECODE_NEIGHBOUR, how many times its engine time a prefill takes beside another
     engine's step with a prompt's chunk in it (measured, `bench.prefill_beside`; 1: as its
     engine time). `step_excess_mix`: (streams, excess) of decode steps in closed loops of the
-    workload's prompt mix, the first at one stream (`bench.decode_growth`); when set, what each
-    stream beyond the first adds is what their excess grew by from one stream."""
+    workload's prompt mix, the first at one stream (`bench.decode_growth`); when set, each
+    stream beyond the first adds the slope of the least-squares line through them (never below
+    0)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -335,7 +339,7 @@ class HostSpec:
         """What the streams of a decode step beyond its first add to its excess."""
         assert self.step_excess_1_s is not None and self.step_excess_2_s is not None
         if self.step_excess_mix:
-            return _joined(self.step_excess_mix, num_streams) - self.step_excess_mix[0][1]
+            return (num_streams - 1) * _slope(self.step_excess_mix)
         if self.step_excess_batch:
             points = ((1, self.step_excess_1_s), (2, self.step_excess_2_s), *self.step_excess_batch)
             return _joined(points, num_streams) - self.step_excess_1_s
@@ -349,6 +353,15 @@ def _check_counts(name: str, points: tuple[tuple[int, float], ...], above: int) 
     counts = [n for n, _ in points]
     if any(n <= above for n in counts) or counts != sorted(set(counts)):
         raise ValueError(f"host.{name} needs increasing stream counts above {above}, got {counts}")
+
+
+def _slope(points: tuple[tuple[int, float], ...]) -> float:
+    """The least-squares slope of the measured (count, value) `points` (two or more, counts
+    distinct), never below 0: a further stream does not make a decode step shorter."""
+    counts, values = [n for n, _ in points], [v for _, v in points]
+    mean_n, mean_v = sum(counts) / len(counts), sum(values) / len(values)
+    spread = sum((n - mean_n) ** 2 for n in counts)
+    return max(0.0, sum((n - mean_n) * (v - mean_v) for n, v in points) / spread)
 
 
 def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:

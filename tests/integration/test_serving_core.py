@@ -18,6 +18,7 @@ import psutil
 import pytest
 import ray
 
+from bench.decode_growth import MIN_GAPS, measure_decode_growth
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.metrics import SloSpec
@@ -25,7 +26,7 @@ from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes
-from bench.sim_fidelity import engine_parts, engine_parts_by_id
+from bench.sim_fidelity import decode_engines, engine_parts, engine_parts_by_id
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
@@ -347,6 +348,24 @@ def test_a_prefill_beside_the_other_engines_prefills_is_measured_and_no_prompt_i
     assert measured.dropped == 0 and len(measured.alone_s) == 2 and len(measured.beside_s) == 2, measured
     assert measured.background >= 2
     assert min(measured.alone_s + measured.beside_s) > 0 and 0 < measured.factor < 10, measured
+    workers = hybrid.status()["workers"]
+    assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
+               for w in workers.values()), workers
+
+
+def test_a_decode_steps_growth_by_batch_is_measured_in_loops_and_nothing_is_left_running(hybrid):
+    """What the simulator's mix-growth form gets (bench.decode_growth): closed loops of a short
+    prompt mix at 1 and 2 streams on hybrid's one decode engine; the quiet gaps at each loop's
+    batch are timed against the calibration, and every request has ended afterwards."""
+    assert decode_engines(Counter(i.role for i in hybrid.infos.values())) == 1
+    growth = measure_decode_growth(hybrid, {"short": (1.0, 64, 256)}, loop_streams=(1, 2), repeats=1)
+    assert [n for n, _ in growth.counts] == [1, 2] and all(c > 0 for _, c in growth.counts), growth
+    # One loop of one stream: every gap of its six requests but those beside another's way to its
+    # first token, so nearly all of them (64 tokens each).
+    assert growth.counts[0][1] >= MIN_GAPS and growth.usable, growth
+    # Against the calibration, a few ms either way: never whole steps (3-10 ms here).
+    assert all(abs(e) < 0.02 for _, e in growth.points), growth.points
+    assert 64 < growth.context_tokens < 256 + 64, growth.context_tokens
     workers = hybrid.status()["workers"]
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers

@@ -272,15 +272,21 @@ def test_the_simulated_router_learns_the_hosts_load_and_prices_prefills_by_it():
     assert sim.router.feedback.factor_at(1) == pytest.approx(1.5, rel=0.05)
 
 
-def test_further_streams_follow_the_growth_in_loops_of_the_mix_when_measured():
+def test_further_streams_follow_the_line_through_the_loops_of_the_mix_when_measured():
+    # Points at 1, 3 and 5 streams, the one at 5 low (a noisy loop; joined, the growth would stop
+    # at 3): the least-squares line through (1, 2), (3, 4), (5, 4) ms rises 0.5 ms a stream.
     host = HostSpec(num_cores=2, step_excess_1_s=0.001, step_excess_2_s=0.002, step_excess_alone_s=0.0005,
                     step_excess_batch=((4, 0.003), (8, 0.005)),
-                    step_excess_mix=((1, 0.002), (2, 0.003), (4, 0.006)))
+                    step_excess_mix=((1, 0.002), (3, 0.004), (5, 0.004)))
     busy = 2
     assert host.step_delay_s(busy, 1) == pytest.approx(0.001)  # the first stream's excess is e1 still
-    assert host.step_delay_s(busy, 3) == pytest.approx(0.001 + 0.0025)  # halfway from 2 to 4, over one stream
-    assert host.step_delay_s(busy, 6) == pytest.approx(0.001 + 0.007)  # on along the last segment
-    assert host.step_delay_s(1, 4) == pytest.approx(0.0005 + 0.004)  # alone: the lone stream's, plus the growth
+    assert host.step_delay_s(busy, 3) == pytest.approx(0.001 + 2 * 0.0005)  # the batch points unused
+    assert host.step_delay_s(busy, 10) == pytest.approx(0.001 + 9 * 0.0005)  # on along the line
+    assert host.step_delay_s(1, 4) == pytest.approx(0.0005 + 3 * 0.0005)  # alone: the lone stream's, plus the growth
+    # A line falling with the batch is noise: the further streams add nothing.
+    falling = HostSpec(num_cores=2, step_excess_1_s=0.001, step_excess_2_s=0.002,
+                       step_excess_mix=((1, 0.003), (4, 0.001)))
+    assert falling.step_delay_s(busy, 5) == pytest.approx(0.001)
     for points in (((2, 0.003), (4, 0.006)), ((1, 0.002),), ((1, 0.002), (1, 0.003))):
         with pytest.raises(ValueError, match="step_excess_mix"):
             HostSpec(num_cores=2, step_excess_mix=points)
