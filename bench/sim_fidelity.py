@@ -230,9 +230,17 @@ MEASURED_SINCE = (
 # against 219 (x1.15: 125 and 233; x1.35: 124 and 223), colocated 36 of 48 against 30, hybrid 25
 # against 20, hybrid's p99 TTFT 7% low against 30%. On runs 67-69, fresh and measured: 17, 19 and
 # 17 of 24, 32, 37 and 30 of 48, against 16, 18 and 19, 27, 35 and 34 (the live rounds 22, 35, 35):
-# a tie pooled, 99 against 96 held out. The default since, on the totals over runs 59-69 (179 of
-# 264 pooled against 167).
-DEFAULT_HOST_FORM = "prefill-neighbour"
+# a tie pooled, 99 against 96 held out. The default until stop 38, on the totals over runs 59-69
+# (179 of 264 pooled against 167). mix-growth prices the further streams of a single decode
+# engine's step by the line through the excess measured in loops of the workload's mix
+# (`bench.decode_growth`, since run 70), where the bursts' 128-token points had not risen while
+# the live steps grew 0.4-0.8 ms a stream on every run of 59-69. With each round's growth taken
+# from the other round's live quiet steps (an upper bound), runs 67-69 came to 60 of 72 pooled
+# against 53. Fresh and measured, run 70: 20 of 24 pooled and 37 of 48 held out, against
+# prefill-neighbour's 17 and 35 (the live rounds 38); run 71: 16 and 33 against 13 and 27 (the
+# live rounds 38). Disaggregated's and hybrid's mean TPOT, 7 of 8 within 20% over both runs
+# against 2 of 8. The default since.
+DEFAULT_HOST_FORM = "mix-growth"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -910,9 +918,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path-cores with a prefill stretched only beside another engine's decode-only step "
                          "or a prefill-only engine at work (decode-neighbour); as decode-neighbour with a "
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
-                         "(prefill-neighbour, the default); as prefill-neighbour with a single decode "
+                         "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
-                         "loops of the workload's mix (mix-growth); as path-cores with a lone stream's step priced "
+                         "loops of the workload's mix (mix-growth, the default); as path-cores with a lone stream's step priced "
                          "by whether another engine stepped within vLLM's spin window (spin); as "
                          "path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "

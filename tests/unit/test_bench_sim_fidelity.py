@@ -293,12 +293,13 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the prefill-neighbour form: load-beside (load-batch where no engine is
-    # prefill-only) with the cores a request on its path keeps busy (path-cores, the closest on
-    # runs 37-47), a prefill stretched only beside another engine's decode steps or a
-    # prefill-only engine's work, or beside another engine's prefill by the stretch measured
-    # there. A record from before its points, or the stretches, were measured is refused rather
-    # than simulated without them.
+    # Unasked, the mix-growth form: load-beside (load-batch where no engine is prefill-only)
+    # with the cores a request on its path keeps busy (path-cores, the closest on runs 37-47), a
+    # prefill stretched only beside another engine's decode steps or a prefill-only engine's
+    # work, or beside another engine's prefill by the stretch measured there (prefill-neighbour),
+    # and with one decode engine its further streams by the loops of the mix. A record from
+    # before its points, or the stretches, were measured is refused rather than simulated
+    # without them.
     batched = {**batched, "host": {**batched["host"], "stretch_beside_prefill": 1.2}}
     pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     path_cores = replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
@@ -329,19 +330,22 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
     assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
     # unasked, the default form: load-beside with the path's cores, here over the disaggregated
-    # path (no engine serves both phases, so the host's bursts all went disaggregated)
-    record = {**cal, "host": {**host, "cpu_s_per_request": 0.01},
+    # path (no engine serves both phases, so the host's bursts all went disaggregated), and the
+    # one decode engine's growth in loops of the mix
+    record = {**cal, "host": {**host, "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]},
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
                          "disaggregated").host == replace(beside, path_cores=0.01 / 0.025,
-                                                      stretch_rule="decode-neighbour")
+                                                      stretch_rule="decode-neighbour",
+                                                      step_excess_mix=((1, 0.002), (4, 0.005)))
     older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
     with pytest.raises(ValueError, match="--host load-batch"):
         host_of("hybrid adaptive", "hybrid.yaml", "load-beside", older)  # a record from before it was measured
     with pytest.raises(ValueError, match="--host load-batch"):
         sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), {**cal, "host": older}, model_dir)
     with pytest.raises(ValueError, match="--host load-beside"):  # a record without the path's CPU per request
-        sf.sim_config_for("disaggregated", load("disaggregated.yaml"), {**cal, "host": host}, model_dir)
+        sf.sim_config_for("disaggregated", load("disaggregated.yaml"),
+                          {**cal, "host": {**host, "step_excess_mix": [[1, 0.002], [4, 0.005]]}}, model_dir)
     # A probe that saw too few gaps measured no points: nothing to add, not a record to refuse;
     # no batch points at all is one from before they were measured.
     assert host_of("hybrid adaptive", "hybrid.yaml", "load-beside",
