@@ -157,21 +157,23 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   shared cores. decode-neighbour took it as none, and simulated colocated 14-20% fast over runs
   59-66. On runs 67-69, fresh, 17, 19 and 17 of 24 figures within 20% pooled and 32, 37 and 30
   of 48 held out, against decode-neighbour's 16, 18 and 19, 27, 35 and 34: a tie pooled. The
-  default since stop 37, on the totals over runs 59-69 (179 of 264 pooled against 167, the
+  default in stop 37, on the totals over runs 59-69 (179 of 264 pooled against 167, the
   factor carried back to runs 59-66).
 - mix-growth (`step_excess_mix` set besides; `--host mix-growth`): as prefill-neighbour, but on a
-  deployment with a single engine that decodes (disaggregated, hybrid) what each stream of a
-  decode step beyond the first adds the slope of the line through the excess measured in closed
-  loops of the workload's own prompt mix (`bench.decode_growth`, 1, 2, 4 and 6 streams, the quiet
-  gaps only; least squares, never below 0), not the 128-token bursts' points. The line, not the
-  points joined: each point is a loop of under 10 s, and on run 70 two of its four loop sets
-  measured less at 6 streams than at 4 (joined, the growth would shrink beyond 6 streams, where
-  a decode engine at 7.7 req/s carries 8-12); joined, run 70 came to the same 20 of 24 pooled. A longer context costs a decode step more on this host than
-  the calibration says, and the bursts' short prompts miss it: live, that engine's quiet steps
-  took 0.4-0.8 ms more per further stream on every run of 59-69, where the bursts' points did not
-  rise; the simulated mean TPOT of disaggregated was 22-36% low on runs 67-69. With each round's
-  growth taken from the other round's live quiet steps instead (an upper bound for the probe),
-  runs 67-69 came to 60 of 72 figures within 20% pooled against 53.
+  deployment with a single engine that decodes (disaggregated, hybrid) each stream of a decode
+  step beyond the first adds the slope of the line through the excess measured in closed loops
+  of the workload's own prompt mix (`bench.decode_growth`: 1, 2, 4 and 6 streams, the quiet gaps
+  only; least squares, never below 0), not the 128-token bursts' points. A longer context costs
+  a decode step more on this host than the calibration says, and the bursts' short prompts miss
+  it: live, that engine's quiet steps took 0.4-0.8 ms more per further stream on every run of
+  59-69, where the bursts' points did not rise, and the simulated mean TPOT of disaggregated was
+  22-36% low on runs 67-69. With each round's growth taken from the other round's live quiet
+  steps instead (an upper bound for the probe), runs 67-69 came to 60 of 72 figures within 20%
+  pooled against 53. The line, not the points joined: each point is a loop of under 10 s, and on
+  run 70 two of the four loop sets measured less at 6 streams than at 4 (joined, the growth
+  would shrink beyond 6 streams, where a decode engine at 7.7 req/s carries 8-12; run 70 came to
+  the same 20 of 24 pooled). Fresh, runs 70 and 71: 20 and 16 of 24 pooled, 37 and 33 of 48 held
+  out, against prefill-neighbour's 17 and 13, 35 and 27. The default since stop 38.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
