@@ -108,6 +108,5 @@ def measure_decode_growth(dep: Any, buckets: Mapping[str, tuple[float, int, int]
             records[streams] += served
             time.sleep(PAUSE_S)
     points, counts = loop_points(records, predict)
-    served = [r for rs in records.values() for r in rs]
-    context = statistics.fmean(r.input_tokens + len(r.token_times) / 2 for r in served)
+    context = statistics.fmean(r.input_tokens + len(r.token_times) / 2 for rs in records.values() for r in rs)
     return DecodeGrowth(points, counts, context, time.perf_counter() - t0)

@@ -360,7 +360,8 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
         host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
                            decode_beside_prefill=[list(p) for p in beside.decode_beside],
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
-    routes = probe_routes(Counter(info.role for info in dep.infos.values()))
+    role_counts = Counter(info.role for info in dep.infos.values())
+    routes = probe_routes(role_counts)
     if routes is not None:
         neighbour = measure_prefill_beside(dep, routes, lambda: engine_parts_by_id(
             ray.get(dep.router.prediction_errors.remote())))
@@ -368,7 +369,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
               f"{_ms(statistics.median(neighbour.beside_s))} ms against {_ms(statistics.median(neighbour.alone_s))} "
               f"ms alone; {neighbour.dropped} probe(s) dropped, sharing an engine)", file=sys.stderr, flush=True)
         host_record.update(stretch_beside_prefill=neighbour.factor, prefill_beside_probe=neighbour.to_dict())
-    if decode_engines(Counter(info.role for info in dep.infos.values())) == 1:
+    if decode_engines(role_counts) == 1:
         growth = measure_decode_growth(dep, RATES_BUCKETS)
         print("    decode steps in loops of the rates mix: "
               + ", ".join(f"{_signed_ms(e)} ms with {n}" for n, e in growth.points)

@@ -179,6 +179,7 @@ GPU configs have no host: there the engines compute elsewhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from schedulers.step_time import COEFFICIENTS
 
@@ -337,11 +338,16 @@ class HostSpec:
         free_cores = max(1, self.num_cores - num_busy_engines)
         return num_streamed_tokens * self.cpu_s_per_token / free_cores
 
+    @cached_property
+    def _mix_slope_s(self) -> float:
+        """What each further stream adds under `step_excess_mix`: fitted once, not per step."""
+        return _slope(self.step_excess_mix)
+
     def _further_streams_s(self, num_streams: int) -> float:
         """What the streams of a decode step beyond its first add to its excess."""
         assert self.step_excess_1_s is not None and self.step_excess_2_s is not None
         if self.step_excess_mix:
-            return (num_streams - 1) * _slope(self.step_excess_mix)
+            return (num_streams - 1) * self._mix_slope_s
         if self.step_excess_batch:
             points = ((1, self.step_excess_1_s), (2, self.step_excess_2_s), *self.step_excess_batch)
             return _joined(points, num_streams) - self.step_excess_1_s
