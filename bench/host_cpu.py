@@ -43,6 +43,7 @@ import bisect
 import os
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -152,9 +153,9 @@ def measure_path_cpu(dep: Any) -> PathCpu:
     from bench.neighbour_spin import lone_excess_by_neighbour, measure_lone_by_neighbour
     from bench.run import run_workload
     from bench.workloads import fixed
-    from schedulers.candidates import DECODE_ROLES
+    from schedulers.candidates import decode_engines
 
-    num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
+    num_engines = decode_engines(Counter(info.role for info in dep.infos.values()))
     concurrency = STREAMS_PER_ENGINE * num_engines
     pids = path_processes(dep)
     before, t0 = cpu_seconds(pids), time.perf_counter()

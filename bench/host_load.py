@@ -45,6 +45,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -221,9 +222,9 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
     given, returns (prefill engine's part, decode engine's part) in seconds by the server's
     request id for the disaggregated requests served so far (the router's log); the probes found
     there are split into prefill and hand-over (`split_window`), and `head_s` is not used for them."""
-    from schedulers.candidates import DECODE_ROLES
+    from schedulers.candidates import decode_engines
 
-    num_engines = sum(1 for info in dep.infos.values() if info.role in DECODE_ROLES)
+    num_engines = decode_engines(Counter(info.role for info in dep.infos.values()))
     samples: dict[int, list[float]] = {}
     decode_beside: list[tuple[int, float]] = []
     gap_counts: dict[int, tuple[int, int]] = {}

@@ -80,11 +80,6 @@ class PrefillBeside:
                 "background_prompt_tokens": self.background_prompt_tokens}
 
 
-def prefill_engines(role_counts: Mapping[str, int]) -> int:
-    """How many engines of a deployment prefill: the prefill-only and the `both` ones."""
-    return role_counts.get(ROLE_PREFILL, 0) + role_counts.get(ROLE_BOTH, 0)
-
-
 def probe_routes(role_counts: Mapping[str, int]) -> ProbeRoutes | None:
     """Where to send the probe and its background so that they land on two engines that
     prefill, or None where fewer than two engines prefill (nothing prefills beside another)."""

@@ -78,7 +78,7 @@ from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
                                        hardware_measurements_for)
-from bench.prefill_beside import measure_prefill_beside, prefill_engines, probe_routes
+from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
 from bench.simulator.simulator import SimResult, simulate
@@ -89,7 +89,7 @@ from bench.workloads import Workload
 from pd_serve.config import config_from_dict
 from pd_serve.report import format_table
 from pd_serve.request_path import measure_request_path
-from schedulers.candidates import DECODE_ROLES
+from schedulers.candidates import decode_engines, prefill_engines
 from schedulers.model_spec import ModelSpec
 from schedulers.step_time import COEFFICIENTS, StepTimeModel
 from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
@@ -391,12 +391,6 @@ def _check_measured(label: str, host_form: str, host_spec: Mapping[str, Any], ro
         if read and m.applies(role_counts) and all(host_spec.get(k) in missing for k in read):
             raise ValueError(f"{label}: host form {host_form!r} needs {m.what}; this record has none: "
                              f"pass --host {m.fallback} for it")
-
-
-def decode_engines(role_counts: Mapping[str, int]) -> int:
-    """How many engines of a deployment decode: the decode-only and the `both` ones. With one,
-    `bench.decode_growth` measures its steps' growth by batch (form mix-growth)."""
-    return sum(role_counts.get(role, 0) for role in DECODE_ROLES)
 
 
 def load_probe_route(roles: set[str]) -> str:

@@ -13,7 +13,7 @@ waiting, then KV cache usage, then the worker id.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from schedulers.types import (ROLE_BOTH, ROLE_DECODE, ROLE_PREFILL, ClusterView, NoCandidateError,
                               RequestInfo, WorkerView)
@@ -21,6 +21,16 @@ from schedulers.types import (ROLE_BOTH, ROLE_DECODE, ROLE_PREFILL, ClusterView,
 PREFILL_ROLES = (ROLE_PREFILL, ROLE_BOTH)  # preferred first
 DECODE_ROLES = (ROLE_DECODE, ROLE_BOTH)  # preferred first
 COLOCATED_ROLES = (ROLE_BOTH, ROLE_DECODE)  # preferred first
+
+
+def prefill_engines(role_counts: Mapping[str, int]) -> int:
+    """How many engines of a deployment (workers by role) prefill: prefill-only and `both`."""
+    return sum(role_counts.get(role, 0) for role in PREFILL_ROLES)
+
+
+def decode_engines(role_counts: Mapping[str, int]) -> int:
+    """How many engines of a deployment (workers by role) decode: decode-only and `both`."""
+    return sum(role_counts.get(role, 0) for role in DECODE_ROLES)
 
 
 def by_preference(workers: Sequence[WorkerView], roles: Sequence[str]) -> list[WorkerView]:

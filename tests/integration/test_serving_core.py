@@ -26,11 +26,11 @@ from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes
-from bench.sim_fidelity import decode_engines, engine_parts, engine_parts_by_id
+from bench.sim_fidelity import engine_parts, engine_parts_by_id
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
-from schedulers.candidates import DECODE_ROLES
+from schedulers.candidates import DECODE_ROLES, decode_engines
 from transfer.kv_geometry import KVGeometry
 from transfer.link_model import OnlineLinkModel, engine_excess
 

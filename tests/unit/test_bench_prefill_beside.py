@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 import bench.prefill_beside as prefill_beside
-from bench.prefill_beside import (ProbeRoutes, measure_prefill_beside, prefill_engines, probe_routes,
-                                  shared_engine, stretch_factor)
+from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes, shared_engine, stretch_factor
+from schedulers.candidates import prefill_engines
 
 PART_S = 0.03  # the fake's prefill alone
 SLOWER = 1.5  # and beside the other engine's

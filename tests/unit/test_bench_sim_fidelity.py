@@ -16,6 +16,7 @@ from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
 from bench.simulator.host import HostSpec
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
+from schedulers.candidates import decode_engines
 from schedulers.model_spec import ModelSpec
 from schedulers.policies import AdaptivePolicy
 from schedulers.step_time import StepTimeModel
@@ -485,4 +486,4 @@ def test_the_mix_growth_form_is_prefill_neighbour_with_the_single_decode_engines
         "colocated", "colocated.yaml", "prefill-neighbour", {**record, "host": host})
     assert "decode step in loops of the mix +2.00 ms with 1, +3.00 ms with 2, +6.00 ms with 4" in sf._calibration_line(
         record)
-    assert sf.decode_engines({"prefill": 1, "both": 1}) == 1 and sf.decode_engines({"both": 2}) == 2
+    assert decode_engines({"prefill": 1, "both": 1}) == 1 and decode_engines({"both": 2}) == 2
