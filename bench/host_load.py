@@ -66,6 +66,7 @@ PAUSE_S = 0.2  # between probes
 # Of a probe's time outside its engines (TTFT less the two engines' parts), the share before the
 # prefill engine: one of three like hops (to the prefill engine, on to the decode engine, back).
 HEAD_SHARE = 1 / 3
+MIN_PATH_PROBES = 3  # probes whose engine part the router logged, at a count, for a path there
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,9 @@ class LoadStretch:
     (background streams, seconds a token gap took longer beside the probe's prefill than away
     from it), for the counts with enough gaps (module docstring); `gap_counts`: (inside, outside)
     gaps by streams; `decode_handover` and `handover_gap_counts`: the same for the probe's
-    hand-over, when the probe's engine parts were known (module docstring)."""
+    hand-over, when the probe's engine parts were known (module docstring); `path_points`:
+    (background streams, median seconds of a colocated probe's TTFT outside its engine), from
+    none up, when its engine's part was known (`path_points`)."""
 
     points: tuple[tuple[int, float], ...]
     probe_prompt_tokens: int
@@ -84,6 +87,7 @@ class LoadStretch:
     gap_counts: dict[int, tuple[int, int]] | None = None
     decode_handover: tuple[tuple[int, float], ...] = ()
     handover_gap_counts: dict[int, tuple[int, int]] | None = None
+    path_points: tuple[tuple[int, float], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"points": [list(p) for p in self.points], "probe_prompt_tokens": self.probe_prompt_tokens,
@@ -91,7 +95,8 @@ class LoadStretch:
                 "decode_beside": [list(p) for p in self.decode_beside],
                 "gap_counts": {str(k): list(v) for k, v in (self.gap_counts or {}).items()},
                 "decode_handover": [list(p) for p in self.decode_handover],
-                "handover_gap_counts": {str(k): list(v) for k, v in (self.handover_gap_counts or {}).items()}}
+                "handover_gap_counts": {str(k): list(v) for k, v in (self.handover_gap_counts or {}).items()},
+                "path_points": [list(p) for p in self.path_points]}
 
 
 def stretch_points(samples: dict[int, Sequence[float]]) -> tuple[tuple[int, float], ...]:
@@ -107,6 +112,17 @@ def stretch_points(samples: dict[int, Sequence[float]]) -> tuple[tuple[int, floa
     alone = statistics.median(samples[0])
     counts = [k for k in sorted(samples) if k]
     return tuple(zip(counts, non_decreasing([statistics.median(samples[k]) / alone for k in counts])))
+
+
+def path_points(paths: Mapping[int, Sequence[float]],
+                min_probes: int = MIN_PATH_PROBES) -> tuple[tuple[int, float], ...]:
+    """(streams, seconds): the median request path (TTFT less the engine's part) of the probes
+    at each count with at least `min_probes` of them, made non-decreasing in the streams as
+    `stretch_points` makes its factors; none without the count 0, where the line starts."""
+    counts = [k for k in sorted(paths) if len(paths[k]) >= min_probes]
+    if 0 not in counts:
+        return ()
+    return tuple(zip(counts, non_decreasing([statistics.median(paths[k]) for k in counts])))
 
 
 def non_decreasing(values: Sequence[float]) -> list[float]:
@@ -214,14 +230,20 @@ def probe_window(stream: Callable[..., Any], vocab_size: int, salt: int,
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                          streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE, route: str = "auto",
                          salt_base: int = 0, head_s: float = 0.0,
-                         engine_parts: Callable[[], Mapping[str, tuple[float, float]]] | None = None) -> LoadStretch:
+                         engine_parts: Callable[[], Mapping[str, tuple[float, float]]] | None = None,
+                         engine_ttft: Callable[[], Mapping[str, float]] | None = None) -> LoadStretch:
     """The probe on `dep`, which must be otherwise idle (see the module docstring), sent on
     `route`. A second probe of the same deployment needs another `salt_base` (under 1000 -
     `repeats`): a prompt it sent before would come from the engine's prefix cache. `head_s`:
     the probe's request path, the part of its TTFT not beside its prefill. `engine_parts`, when
     given, returns (prefill engine's part, decode engine's part) in seconds by the server's
     request id for the disaggregated requests served so far (the router's log); the probes found
-    there are split into prefill and hand-over (`split_window`), and `head_s` is not used for them."""
+    there are split into prefill and hand-over (`split_window`), and `head_s` is not used for them.
+    `engine_ttft`, when given, returns the engine's part of each colocated request so far by the
+    server's id (the router's log); each probe found there gives its request path at its count
+    (`path_points`): measured beside the streams, where the idle deployment's path
+    (`pd_serve.request_path`, sent after a second of quiet that the runs rarely have) stretched
+    by the prefill's factor put colocated's path at 26.8 ms against 16-23 ms live (run 73)."""
     from schedulers.candidates import decode_engines
 
     num_engines = decode_engines(Counter(info.role for info in dep.infos.values()))
@@ -230,6 +252,7 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
     gap_counts: dict[int, tuple[int, int]] = {}
     decode_handover: list[tuple[int, float]] = []
     handover_gap_counts: dict[int, tuple[int, int]] = {}
+    sent_probes: dict[int, list[tuple[float, float, str | None]]] = {}
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
     probe_window(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
@@ -245,6 +268,7 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                 time.sleep(PAUSE_S)
         finally:
             background.stop()
+        sent_probes[count] = probes
         if count:
             parts = engine_parts() if engine_parts is not None else {}
             windows, handovers = [], []
@@ -268,5 +292,10 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                 excess = beside_excess(inside, outside)
                 if excess is not None:
                     measured.append((count, excess))
+    paths: dict[int, list[float]] = {}
+    if engine_ttft is not None:
+        parts = engine_ttft()
+        for count, probes in sent_probes.items():
+            paths[count] = [first - sent - parts[sid] for sent, first, sid in probes if sid in parts]
     return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts,
-                       tuple(decode_handover), handover_gap_counts)
+                       tuple(decode_handover), handover_gap_counts, path_points(paths))

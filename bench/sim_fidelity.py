@@ -130,12 +130,15 @@ HOST_FORMS["spin"] = (*HOST_FORMS["path-cores"], "step_excess_quiet_s", "step_ex
 HOST_FORMS["handover"] = (*HOST_FORMS["path-cores"], "decode_beside_handover")
 # read as path-cores, each with its stretch rule (bench.simulator.host)
 STRETCH_RULE_FORMS = {"neighbour-stretch": STRETCH_PREFILL_ONLY_BUSY, "decode-neighbour": STRETCH_DECODE_NEIGHBOUR,
-                      "prefill-neighbour": STRETCH_DECODE_NEIGHBOUR, "mix-growth": STRETCH_DECODE_NEIGHBOUR}
+                      "prefill-neighbour": STRETCH_DECODE_NEIGHBOUR, "mix-growth": STRETCH_DECODE_NEIGHBOUR,
+                      "path-beside": STRETCH_DECODE_NEIGHBOUR}
 HOST_FORMS.update({form: HOST_FORMS["path-cores"] for form in STRETCH_RULE_FORMS})
 # decode-neighbour with the stretch measured beside another engine's prefills (bench.prefill_beside)
 HOST_FORMS["prefill-neighbour"] = (*HOST_FORMS["path-cores"], "stretch_beside_prefill")
 # prefill-neighbour with a single decode engine's growth by batch from loops of the mix (bench.decode_growth)
 HOST_FORMS["mix-growth"] = (*HOST_FORMS["prefill-neighbour"], "step_excess_mix")
+# mix-growth with the colocated route's request path as measured beside streams (bench.host_load)
+HOST_FORMS["path-beside"] = (*HOST_FORMS["mix-growth"], "path_beside_streams")
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 PATH_SLOPE_FORMS = ("load-path",)
 
@@ -176,6 +179,9 @@ MEASURED_SINCE = (
              "another engine's prefills (`bench.prefill_beside`, measured since stop 37)", "decode-neighbour"),
     Measured(("step_excess_mix",), lambda roles: decode_engines(roles) == 1, "the decode steps' excess in loops "
              "of the workload's mix (`bench.decode_growth`, measured since stop 38)", "prefill-neighbour"),
+    Measured(("path_beside_streams",), lambda roles: ROLE_BOTH in roles, "the colocated route's request path "
+             "beside streams (`bench.host_load`'s probes less their engine's part, measured since stop 39)",
+             "mix-growth"),
 )
 
 # With the engines calibrated one at a time (2026-12-01, `measure_deployment`), the path-CPU
@@ -339,10 +345,16 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     route = load_probe_route(roles)
     head_s = path.colocated_s if route == ROUTE_COLOCATED else path.disaggregated_s
     parts = (lambda: engine_parts(ray.get(dep.router.prediction_errors.remote()))) if ROLE_PREFILL in roles else None
-    load = measure_load_stretch(dep, route=route, head_s=head_s or 0.0, engine_parts=parts)
+    ttfts = (lambda: colocated_engine_parts(ray.get(dep.router.prediction_errors.remote()))) \
+        if route == ROUTE_COLOCATED else None
+    load = measure_load_stretch(dep, route=route, head_s=head_s or 0.0, engine_parts=parts, engine_ttft=ttfts)
     _print_stretch("prefill beside streams", load)
     host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict(),
                    "load_probe_route": route}
+    if load.path_points:
+        print("    request path beside streams: " + ", ".join(f"{_ms(s)} ms with {n}" for n, s in load.path_points),
+              file=sys.stderr, flush=True)
+        host_record["path_beside_streams"] = [list(p) for p in load.path_points]
     if ROLE_PREFILL in roles:
         # A prefill-only engine streams nothing itself. Where the router may also prefill on an
         # engine that streams, the probe above may not have gone to it: send it there.
@@ -419,6 +431,13 @@ def engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, flo
                 and parts.get("decode") is not None:
             out[entry["request_id"]] = (float(parts["prefill"]), float(parts["decode"]))
     return out
+
+
+def colocated_engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The router's log (`prediction_errors`) as server request id -> the engine's part of each
+    colocated request whose engine timed it."""
+    return {entry["request_id"]: float(entry["engines_s"]) for entry in log
+            if entry.get("route") == ROUTE_COLOCATED and entry.get("engines_s") is not None}
 
 
 def _stretch_text(points: Sequence[Sequence[float]]) -> str:
@@ -822,6 +841,9 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     if host.get("step_excess_mix"):
         line += "; decode step in loops of the mix " + ", ".join(f"{_signed_ms(e)} ms with {n}"
                                                                for n, e in host["step_excess_mix"])
+    if host.get("path_beside_streams"):
+        line += "; request path beside streams " + ", ".join(f"{_ms(s)} ms with {n}"
+                                                             for n, s in host["path_beside_streams"])
     return line
 
 
@@ -915,7 +937,9 @@ def main(argv: list[str] | None = None) -> int:
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
                          "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
-                         "loops of the workload's mix (mix-growth, the default); as path-cores with a lone stream's step priced "
+                         "loops of the workload's mix (mix-growth, the default); as mix-growth with the "
+                         "colocated route's request path as bench.host_load's probes measured it beside "
+                         "streams (path-beside); as path-cores with a lone stream's step priced "
                          "by whether another engine stepped within vLLM's spin window (spin); as "
                          "path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "

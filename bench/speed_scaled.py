@@ -29,7 +29,8 @@ PATH_TIMES = ("colocated_s", "disaggregated_s", "step_gap_s")
 HOST_TIMES = ("cpu_s_per_request", "cpu_s_per_token", "step_excess_1_s", "step_excess_2_s",
               "step_excess_alone_s", "step_excess_quiet_s", "step_excess_spin_s")
 # (count, seconds) points
-HOST_POINTS = ("step_excess_batch", "decode_beside_prefill", "decode_beside_handover", "step_excess_mix")
+HOST_POINTS = ("step_excess_batch", "decode_beside_prefill", "decode_beside_handover", "step_excess_mix",
+               "path_beside_streams")
 SPEED_FORMS = ("none", "probe", "probe-runs")
 
 

@@ -161,10 +161,12 @@ class HostConfig(_Strict):
     stretch_beside_prefill: float = Field(1.0, gt=0)
     # (streams, excess) of decode steps in loops of the workload's mix, from one stream (host.py)
     step_excess_mix: list[tuple[int, float]] = Field(default_factory=list)
+    # (streams, seconds) of the colocated route's request path, from none up (host.py)
+    path_beside_streams: list[tuple[int, float]] = Field(default_factory=list)
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
-                "decode_beside_handover", "step_excess_mix")
+                "decode_beside_handover", "step_excess_mix", "path_beside_streams")
         values = self.model_dump(exclude={"neighbour", *keys})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

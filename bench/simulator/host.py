@@ -226,7 +226,9 @@ class HostSpec:
     engine time). `step_excess_mix`: (streams, excess) of decode steps in closed loops of the
     workload's prompt mix, the first at one stream (`bench.decode_growth`); when set, each
     stream beyond the first adds the slope of the least-squares line through them (never below
-    0)."""
+    0). `path_beside_streams`: (streams, seconds) of the colocated route's request path, the
+    first at none (`bench.host_load`'s probes less their engine's part); when set, that path is
+    read from them (`colocated_path_s`), not stretched by `load_factor`."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -246,6 +248,7 @@ class HostSpec:
     stretch_rule: str = STRETCH_STREAMS
     stretch_beside_prefill: float = 1.0
     step_excess_mix: tuple[tuple[int, float], ...] = ()
+    path_beside_streams: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -267,6 +270,11 @@ class HostSpec:
         if self.step_excess_mix and (len(self.step_excess_mix) < 2 or self.step_excess_mix[0][0] != 1):
             raise ValueError(f"host.step_excess_mix needs the one-stream point and another, got "
                              f"{[n for n, _ in self.step_excess_mix]}")
+        _check_counts("path_beside_streams", self.path_beside_streams, above=-1)
+        if self.path_beside_streams and (self.path_beside_streams[0][0] != 0
+                                         or any(v < 0 for _, v in self.path_beside_streams)):
+            raise ValueError(f"host.path_beside_streams needs the point at no streams first and paths >= 0, "
+                             f"got {self.path_beside_streams}")
         for name in ("load_stretch", "load_stretch_beside"):
             points = getattr(self, name)
             _check_counts(name, points, above=0)
@@ -287,6 +295,18 @@ class HostSpec:
         if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
+
+    def colocated_path_s(self, path_s: float, num_streams: int) -> float:
+        """The colocated route's request path with `num_streams` streaming on the host: from
+        `path_beside_streams` where measured (joined linearly; beyond the last count at the last:
+        a probe's few paths at a count are noisy, and a line carried on past them is a guess),
+        else `path_s` (the idle deployment's) times `load_factor`."""
+        points = self.path_beside_streams
+        if not self.is_modelled or not points:
+            return path_s * self.load_factor(num_streams)
+        if num_streams >= points[-1][0]:
+            return points[-1][1]
+        return _joined(points, max(0, num_streams))
 
     def prefill_neighbour_factor(self) -> float:
         """How many times its engine time a prefill takes beside another engine's step with a

@@ -306,7 +306,8 @@ class Simulator:
         target = decision.prefill_worker if is_remote else decision.decode_worker
         request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
         self.router.sent(target, record.request_id, record.input_tokens)
-        return self._dispatch(target, request, now_s, self._path_s(self.cluster.request_path.colocated_s))
+        path_s = self.cluster.host.colocated_path_s(self.cluster.request_path.colocated_s, self._num_streams())
+        return self._dispatch(target, request, now_s, path_s)
 
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}

@@ -26,7 +26,7 @@ from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes
-from bench.sim_fidelity import engine_parts, engine_parts_by_id
+from bench.sim_fidelity import colocated_engine_parts, engine_parts, engine_parts_by_id
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
@@ -307,13 +307,19 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     # Three probes per count: the factor is their median, so one probe caught in a host stall
     # (this VM's worker processes sleep 1-33 s at times, docs/MEASUREMENTS.md) cannot carry it. With two, one
     # such probe made a factor of 12.8 (the bound is 10).
-    stretch = measure_load_stretch(hybrid, repeats=3)
+    # Sent where bench.sim_fidelity sends it on hybrid (the engine that streams), and timed inside
+    # that engine by the router's log, so each probe's request path is measured as well.
+    stretch = measure_load_stretch(hybrid, repeats=3, route="colocated", engine_ttft=lambda: colocated_engine_parts(
+        ray.get(hybrid.router.prediction_errors.remote())))
     engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
     assert [n for n, _ in stretch.points] == [k * engines for k in STREAMS_PER_ENGINE]
     assert sorted(stretch.samples) == [0] + [k * engines for k in STREAMS_PER_ENGINE]
     assert all(len(v) == 3 and min(v) > 0 for v in stretch.samples.values()), stretch.samples
     factors = [f for _, f in stretch.points]
     assert factors == sorted(factors) and all(0 < f < 10 for f in factors), stretch.points
+    # Every probe was found in the log: a path at each count, none up, of milliseconds (10-30 here).
+    assert [n for n, _ in stretch.path_points] == sorted(stretch.samples), stretch.path_points
+    assert all(0 < s < 0.5 for _, s in stretch.path_points), stretch.path_points
     # The probe sent to the prefill-only engine (bench.sim_fidelity measures it there too).
     # Split where each probe's prefill ended, by the engines' own timestamps in the router's log.
     beside = measure_load_stretch(hybrid, repeats=2, streams_per_engine=(1,), route="disaggregated",

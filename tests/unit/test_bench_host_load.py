@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 import bench.host_load as host_load
-from bench.host_load import (BackgroundStreams, beside_excess, measure_load_stretch, non_decreasing, split_gaps,
-                             split_window, stretch_points)
+from bench.host_load import (BackgroundStreams, beside_excess, measure_load_stretch, non_decreasing, path_points,
+                             split_gaps, split_window, stretch_points)
 
 
 def test_the_stretch_is_each_counts_median_over_the_median_alone():
@@ -242,3 +242,60 @@ def test_the_probe_measures_what_a_decode_step_loses_while_a_request_is_handed_o
     # Without the parts the whole window is one, as before, and no hand-over is measured.
     plain = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), salt_base=100)
     assert plain.decode_handover == () and plain.decode_beside
+
+
+# ---- the request path beside the streams -----------------------------------------------------------
+
+def test_the_path_is_each_counts_median_from_none_up_and_needs_enough_probes():
+    paths = {0: [0.010, 0.011, 0.030], 2: [0.020, 0.018, 0.019], 4: [0.015, 0.017, 0.016], 8: [0.05, 0.06]}
+    # 4 streams below 2 is noise, pooled with it; 8 had too few probes whose engine part was known.
+    counts, values = zip(*path_points(paths))
+    assert counts == (0, 2, 4) and values == pytest.approx((0.011, 0.0175, 0.0175))
+    assert path_points({2: [0.02] * 3}) == ()  # nothing to start the line from
+
+
+class PathFake(PrefillingFake):
+    """As PrefillingFake, and a probe's way outside its engine takes PATH_S more for each request
+    streaming; `engine_ttft` is the router's log of each probe's part in its engine."""
+
+    PATH_S = 0.01
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.streaming = 0
+        self.served: list[str] = []
+
+    def stream(self, prompt_token_ids, max_tokens, ignore_eos, route="auto"):
+        if max_tokens > 1:
+            with self.lock:
+                self.streaming += 1
+            try:
+                yield from super().stream(prompt_token_ids, max_tokens, ignore_eos, route)
+            finally:
+                with self.lock:
+                    self.streaming -= 1
+            return
+        yield from super().stream(prompt_token_ids, max_tokens, ignore_eos, route)
+
+    def after_prefill(self, route: str) -> SimpleNamespace:
+        time.sleep(self.PATH_S * self.streaming)
+        self.served.append(f"probe-{len(self.served)}")
+        return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
+
+    def engine_ttft(self):
+        return {rid: self.PREFILL_S for rid in self.served}
+
+
+def test_the_probe_measures_the_request_path_beside_each_count_of_streams(monkeypatch):
+    monkeypatch.setattr(host_load, "SETTLE_S", 0.05)
+    monkeypatch.setattr(host_load, "PAUSE_S", 0.0)
+    dep = PathFake()
+    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1, 2), engine_ttft=dep.engine_ttft)
+    counts, paths = zip(*stretch.path_points)
+    assert counts == (0, 2, 4)
+    # Timer noise aside: the fake's path grows 10 ms with each stream (one and two per engine).
+    assert paths[1] - paths[0] == pytest.approx(0.02, abs=0.008)
+    assert paths[2] - paths[0] == pytest.approx(0.04, abs=0.008)
+    assert stretch.to_dict()["path_points"] == [list(p) for p in stretch.path_points]
+    # Without the router's log, no path.
+    assert measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), salt_base=100).path_points == ()

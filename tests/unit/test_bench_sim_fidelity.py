@@ -450,6 +450,37 @@ def test_the_routers_log_gives_each_disaggregated_requests_engine_parts():
     assert sf.engine_parts(log) == {"a": (0.2, 0.03)}
 
 
+def test_the_routers_log_gives_each_colocated_requests_engine_part():
+    log = [{"request_id": "a", "route": "disaggregated", "engines_s": 0.23},
+           {"request_id": "b", "route": "colocated", "engines_s": 0.1},
+           {"request_id": "c", "route": "colocated", "engines_s": None}]  # its engine kept no stats
+    assert sf.colocated_engine_parts(log) == {"b": 0.1}
+
+
+def test_the_path_beside_form_is_mix_growth_with_the_colocated_path_measured_beside_streams(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "decode_beside_handover": [[1, 0.005]],
+            "cpu_s_per_request": 0.01, "cpu_s_per_token": 0.002, "stretch_beside_prefill": 1.25,
+            "step_excess_quiet_s": 0.0004, "step_excess_spin_s": 0.0006, "step_excess_mix": [[1, 0.002], [4, 0.005]]}
+    paths = [[0, 0.01], [2, 0.016]]
+    record = {**cal, "host": {**host, "path_beside_streams": paths},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    for label, config in (("colocated", "colocated.yaml"), ("hybrid adaptive", "hybrid.yaml")):
+        assert host_of(label, config, "path-beside") == replace(host_of(label, config, "mix-growth"),
+                                                                path_beside_streams=((0, 0.01), (2, 0.016)))
+        assert host_of(label, config, "mix-growth").path_beside_streams == ()
+        with pytest.raises(ValueError, match="--host mix-growth"):  # a record from before it was measured
+            host_of(label, config, "path-beside", {**record, "host": host})
+    # No engine serves both phases on disaggregated: no colocated route, nothing missing.
+    assert host_of("disaggregated", "disaggregated.yaml", "path-beside", {**record, "host": host}) == host_of(
+        "disaggregated", "disaggregated.yaml", "mix-growth", {**record, "host": host})
+    assert "request path beside streams 10.0 ms with 0, 16.0 ms with 2" in sf._calibration_line(record)
+
+
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))

@@ -94,9 +94,23 @@ def test_the_load_factor_joins_the_measured_points_and_goes_on_along_the_last_se
     assert HostSpec(load_stretch=((2, 1.4),)).load_factor(4) == 1.0
 
 
+def test_the_colocated_path_follows_its_points_beside_streams_when_measured():
+    host = HostSpec(num_cores=2, load_stretch=((2, 1.5),), path_beside_streams=((0, 0.010), (2, 0.016), (4, 0.024)))
+    assert host.colocated_path_s(0.017, 0) == pytest.approx(0.010)  # the idle probe's 17 ms is not read
+    assert host.colocated_path_s(0.017, 1) == pytest.approx(0.013)
+    assert host.colocated_path_s(0.017, 3) == pytest.approx(0.020)
+    assert host.colocated_path_s(0.017, 9) == pytest.approx(0.024)  # past the last count: the last
+    # Without the points: the idle path times the load's factor, as before; without a host, as is.
+    assert HostSpec(num_cores=2, load_stretch=((2, 1.5),)).colocated_path_s(0.017, 2) == pytest.approx(0.0255)
+    assert HostSpec(path_beside_streams=((0, 0.010),)).colocated_path_s(0.017, 2) == pytest.approx(0.017)
+
+
 @pytest.mark.parametrize("field,value", [("num_cores", -1), ("cpu_s_per_token", -1e-3),
                                          ("load_stretch", ((2, 1.5), (2, 1.6))),
-                                         ("load_stretch", ((0, 1.5),)), ("load_stretch", ((2, 0.0),))])
+                                         ("load_stretch", ((0, 1.5),)), ("load_stretch", ((2, 0.0),)),
+                                         ("path_beside_streams", ((2, 0.01),)),
+                                         ("path_beside_streams", ((0, 0.01), (0, 0.02))),
+                                         ("path_beside_streams", ((0, -0.01),))])
 def test_bad_host_values_are_refused(field, value):
     with pytest.raises(ValueError, match=f"host.{field}"):
         HostSpec(**{field: value})
@@ -181,6 +195,20 @@ def test_a_prefill_beside_streams_and_its_request_path_take_the_load_factor_long
     # r1's path and its prompt's one step, each beside one stream: 1.5 times as long.
     assert slow["r1"].ttft_s == pytest.approx(1.5 * base["r1"].ttft_s, rel=1e-9)
     assert base["r1"].ttft_s == pytest.approx(0.01 + MODEL.predict(1024, 0, []), rel=1e-9)
+
+
+def test_a_request_on_a_loaded_host_takes_the_path_measured_beside_its_streams():
+    work = Workload("w", (RequestSpec("r0", 0.0, 256, 64), RequestSpec("r1", 0.05, 1024, 4)))
+    path = RequestPathSpec(colocated_s=0.01)
+    host = HostSpec(num_cores=2, load_stretch=((1, 1.5), (2, 2.0)), path_beside_streams=((0, 0.004), (1, 0.03)))
+    stretched = replace(cluster({"both": 2}, replace(host, path_beside_streams=())), request_path=path)
+    measured = replace(cluster({"both": 2}, host), request_path=path)
+    base = {r.request_id: r for r in simulate(work, stretched, ColocatedPolicy()).records}
+    read = {r.request_id: r for r in simulate(work, measured, ColocatedPolicy()).records}
+    # r0 came to an idle host: the path at no streams, 4 ms, not the idle deployment's 10.
+    assert read["r0"].ttft_s == pytest.approx(base["r0"].ttft_s - 0.006, rel=1e-9)
+    # r1 came beside r0's stream: 30 ms, where the prefill's factor made 15 ms of it.
+    assert read["r1"].ttft_s == pytest.approx(base["r1"].ttft_s + 0.015, rel=1e-9)
 
 
 # ---- its measurement and its config ----------------------------------------------------------------
