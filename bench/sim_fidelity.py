@@ -245,8 +245,16 @@ MEASURED_SINCE = (
 # against 53. Fresh and measured, run 70: 20 of 24 pooled and 37 of 48 held out, against
 # prefill-neighbour's 17 and 35 (the live rounds 38); run 71: 16 and 33 against 13 and 27 (the
 # live rounds 38). Disaggregated's and hybrid's mean TPOT, 7 of 8 within 20% over both runs
-# against 2 of 8. The default since.
-DEFAULT_HOST_FORM = "mix-growth"
+# against 2 of 8. The default in stop 38 (runs 72-73, fresh: 16 and 16 of 24 pooled). path-beside
+# reads the colocated route's request path from the load probe's own probes beside each count of
+# streams (their TTFT less their engine's part, measured since stop 39) instead of the idle
+# deployment's path, probed after a second of quiet, stretched by the prefill's factor: on run 73
+# that gave every colocated and adaptive request 26.8 ms where they took 16-23 ms live (colocated's
+# p50 TTFT +20% at both rates). Built on run 73 (its probes' paths recovered from the router's
+# log): 17 of 24 pooled and 30 of 48 held out against 16 and 28; on run 74, fresh: 19 and 37
+# against 18 and 36 (the live rounds 38). A small gain, within the runs' noise; the default since
+# because it measures the path at the load it is used at, where the old rule assumed it.
+DEFAULT_HOST_FORM = "path-beside"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -937,9 +945,9 @@ def main(argv: list[str] | None = None) -> int:
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
                          "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
-                         "loops of the workload's mix (mix-growth, the default); as mix-growth with the "
+                         "loops of the workload's mix (mix-growth); as mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
-                         "streams (path-beside); as path-cores with a lone stream's step priced "
+                         "streams (path-beside, the default); as path-cores with a lone stream's step priced "
                          "by whether another engine stepped within vLLM's spin window (spin); as "
                          "path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "

@@ -173,7 +173,18 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   run 70 two of the four loop sets measured less at 6 streams than at 4 (joined, the growth
   would shrink beyond 6 streams, where a decode engine at 7.7 req/s carries 8-12; run 70 came to
   the same 20 of 24 pooled). Fresh, runs 70 and 71: 20 and 16 of 24 pooled, 37 and 33 of 48 held
-  out, against prefill-neighbour's 17 and 13, 35 and 27. The default since stop 38.
+  out, against prefill-neighbour's 17 and 13, 35 and 27. The default in stop 38.
+- path-beside (`path_beside_streams` set besides; `--host path-beside`): as mix-growth, and a
+  request on the colocated route (or the first leg of a disaggregated one) takes the request
+  path the load probe measured beside that many streams (`bench.host_load`: its probes' TTFT
+  less their engine's part in the router's log, at 0, 2, 4 and 8 streams; joined linearly, the
+  last beyond it), not the idle deployment's path stretched by the prefill's factor. The idle
+  path is measured after a second of quiet, when vLLM's engine loops have gone to sleep, and the
+  path is Python on the shared cores, not a prefill on an engine's core: on run 73 the
+  simulator gave every colocated and adaptive request 26.8 ms (17.3 x1.56) where they took
+  16-23 ms live, and hybrid's 15.6 ms (14.0 x1.11) where they took 18-20.
+  Built on run 73: 17 of 24 pooled and 30 of 48 held out against mix-growth's 16 and 28; run
+  74, fresh: 19 and 37 against 18 and 36 (the live rounds 38). The default since stop 39.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
