@@ -247,7 +247,6 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
     from schedulers.candidates import decode_engines
 
     num_engines = decode_engines(Counter(info.role for info in dep.infos.values()))
-    samples: dict[int, list[float]] = {}
     decode_beside: list[tuple[int, float]] = []
     gap_counts: dict[int, tuple[int, int]] = {}
     decode_handover: list[tuple[int, float]] = []
@@ -263,7 +262,6 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                 time.sleep(SETTLE_S)
             for rep in range(repeats):
                 probe = probe_window(dep.stream, dep.vocab_size, salt=1000 * count + salt_base + rep, route=route)
-                samples.setdefault(count, []).append(probe[1] - probe[0])
                 probes.append(probe)
                 time.sleep(PAUSE_S)
         finally:
@@ -292,10 +290,11 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                 excess = beside_excess(inside, outside)
                 if excess is not None:
                     measured.append((count, excess))
+    samples = {count: [first - sent for sent, first, _ in probes] for count, probes in sent_probes.items()}
     paths: dict[int, list[float]] = {}
     if engine_ttft is not None:
-        parts = engine_ttft()
+        ttfts = engine_ttft()
         for count, probes in sent_probes.items():
-            paths[count] = [first - sent - parts[sid] for sent, first, sid in probes if sid in parts]
+            paths[count] = [first - sent - ttfts[sid] for sent, first, sid in probes if sid in ttfts]
     return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts,
                        tuple(decode_handover), handover_gap_counts, path_points(paths))

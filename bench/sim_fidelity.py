@@ -349,7 +349,8 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
           f"idle past / inside the spin window)"
           + "".join(f", {_signed_ms(e)} ms with {n}" for n, e in host.step_excess_batch),
           file=sys.stderr, flush=True)
-    roles = {info.role for info in dep.infos.values()}
+    role_counts = Counter(info.role for info in dep.infos.values())
+    roles = set(role_counts)
     route = load_probe_route(roles)
     head_s = path.colocated_s if route == ROUTE_COLOCATED else path.disaggregated_s
     parts = (lambda: engine_parts(ray.get(dep.router.prediction_errors.remote()))) if ROLE_PREFILL in roles else None
@@ -380,7 +381,6 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
         host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
                            decode_beside_prefill=[list(p) for p in beside.decode_beside],
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
-    role_counts = Counter(info.role for info in dep.infos.values())
     routes = probe_routes(role_counts)
     if routes is not None:
         neighbour = measure_prefill_beside(dep, routes, lambda: engine_parts_by_id(
