@@ -39,7 +39,7 @@ MIN_GAPS = 10  # fewer in a cell: no median
 def live_windows(records: Sequence[RequestRecord], parts: Mapping[str, tuple[float, float]]
                  ) -> tuple[list[Window], list[Window]]:
     """(prefill windows, hand-over windows) of the live disaggregated requests whose engine
-    parts the router logged (`bench.sim_fidelity.engine_parts`), joined on `served_id`."""
+    parts the router logged (`bench.router_log.disaggregated_parts`), joined on `served_id`."""
     prefills, handovers = [], []
     for r in records:
         if r.ok and r.first_token_s is not None and r.served_id in parts:
@@ -104,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.fidelity_rounds import live_records
     from bench.pooled_measurements import DEFAULT_STRETCH, hardware_measurements_for
     from bench.rate_rounds import round_summaries
-    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, engine_parts,
+    from bench.router_log import disaggregated_parts
+    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir,
                                     live_run_shape, sim_config_for, simulate_system, step_model_from_calibration,
                                     systems_of)
 
@@ -135,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.handover_gaps: {log_path} is missing: the router's log gives the engines' parts",
               file=sys.stderr)
         return 2
-    parts = engine_parts(json.loads(log_path.read_text()))
+    parts = disaggregated_parts(json.loads(log_path.read_text()))
     deployment = yaml.safe_load(Path(systems[args.system]).read_text())
     model = _default_model_dir()
     for rate in summaries[args.round]["rates"]:

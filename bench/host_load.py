@@ -30,7 +30,7 @@ disaggregated at 4 req/s), and the decode bursts of `bench.host_cpu`, which neve
 cannot see it: the simulator added 0-1.5 ms.
 
 Given each probe's parts inside its engines (the router's log: the prefill engine's part and the
-decode engine's, `engine_parts`), the probe's window is split in two where its prefill ended: the
+decode engine's, `bench.router_log`), the probe's window is split in two where its prefill ended: the
 prefill, and the hand-over (the way to the decode engine, the KV load and the decode engine's
 first step). A decode step loses something in each (`decode_beside`, `decode_handover`). Run 61
 shows why the second is needed: on disaggregated at 4.48 req/s a stream's token gap took 24-31
@@ -48,6 +48,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
+
+from bench.router_log import colocated_parts, disaggregated_parts
 
 PROBE_PROMPT_TOKENS = 1024
 REPEATS = 5
@@ -230,28 +232,23 @@ def probe_window(stream: Callable[..., Any], vocab_size: int, salt: int,
 def measure_load_stretch(dep: Any, repeats: int = REPEATS,
                          streams_per_engine: Sequence[int] = STREAMS_PER_ENGINE, route: str = "auto",
                          salt_base: int = 0, head_s: float = 0.0,
-                         engine_parts: Callable[[], Mapping[str, tuple[float, float]]] | None = None,
-                         engine_ttft: Callable[[], Mapping[str, float]] | None = None) -> LoadStretch:
+                         router_log: Callable[[], Sequence[Mapping[str, Any]]] | None = None) -> LoadStretch:
     """The probe on `dep`, which must be otherwise idle (see the module docstring), sent on
     `route`. A second probe of the same deployment needs another `salt_base` (under 1000 -
     `repeats`): a prompt it sent before would come from the engine's prefix cache. `head_s`:
-    the probe's request path, the part of its TTFT not beside its prefill. `engine_parts`, when
-    given, returns (prefill engine's part, decode engine's part) in seconds by the server's
-    request id for the disaggregated requests served so far (the router's log); the probes found
-    there are split into prefill and hand-over (`split_window`), and `head_s` is not used for them.
-    `engine_ttft`, when given, returns the engine's part of each colocated request so far by the
-    server's id (the router's log); each probe found there gives its request path at its count
-    (`path_points`): measured beside the streams, where the idle deployment's path
-    (`pd_serve.request_path`, sent after a second of quiet that the runs rarely have) stretched
-    by the prefill's factor put colocated's path at 26.8 ms against 16-23 ms live (run 73)."""
+    the probe's request path, the part of its TTFT not beside its prefill. `router_log`, when
+    given, returns the router's log of the requests served so far (`bench.router_log`), read once
+    after the last count. A probe served disaggregated whose engines' parts it holds is split into
+    prefill and hand-over (`split_window`), and `head_s` is not used for it. A probe served
+    colocated whose engine's part it holds gives its request path at its count (`path_points`):
+    measured beside the streams, where the idle deployment's path (`pd_serve.request_path`, sent
+    after a second of quiet that the runs rarely have) stretched by the prefill's factor put
+    colocated's path at 26.8 ms against 16-23 ms live (run 73)."""
     from schedulers.candidates import decode_engines
 
     num_engines = decode_engines(Counter(info.role for info in dep.infos.values()))
-    decode_beside: list[tuple[int, float]] = []
-    gap_counts: dict[int, tuple[int, int]] = {}
-    decode_handover: list[tuple[int, float]] = []
-    handover_gap_counts: dict[int, tuple[int, int]] = {}
     sent_probes: dict[int, list[tuple[float, float, str | None]]] = {}
+    stream_gaps: dict[int, list[list[float]]] = {}  # per count, each stream's token times but its first
     # One probe first, not counted: no one-off cost of the first such prompt lands in the baseline.
     probe_window(dep.stream, dep.vocab_size, salt=-1 - salt_base, route=route)
     for count in (0, *(k * num_engines for k in streams_per_engine)):
@@ -267,34 +264,39 @@ def measure_load_stretch(dep: Any, repeats: int = REPEATS,
         finally:
             background.stop()
         sent_probes[count] = probes
-        if count:
-            parts = engine_parts() if engine_parts is not None else {}
-            windows, handovers = [], []
-            for sent, first, served_id in probes:
-                if served_id in parts:
-                    prefill, handover = split_window(sent, first, *parts[served_id])
-                    windows.append(prefill)
-                    handovers.append(handover)
-                else:
-                    windows.append((min(sent + head_s, first), first))
-            # A request's first gap holds its KV transfer on a disaggregated route: left out.
-            gaps = [t[1:] for t in background.token_times]
-            # "outside" is away from every probe's whole window, its hand-over included
-            _, outside = split_gaps(gaps, [(sent, first) for sent, first, _ in probes])
-            for measured, counts, spans in ((decode_beside, gap_counts, windows),
-                                            (decode_handover, handover_gap_counts, handovers)):
-                if not spans:
-                    continue
-                inside, _ = split_gaps(gaps, spans)
-                counts[count] = (len(inside), len(outside))
-                excess = beside_excess(inside, outside)
-                if excess is not None:
-                    measured.append((count, excess))
+        # A request's first gap holds its KV transfer on a disaggregated route: left out.
+        stream_gaps[count] = [t[1:] for t in background.token_times]
+    log = router_log() if router_log is not None else ()
+    parts, engine_ttft = disaggregated_parts(log), colocated_parts(log)
+    decode_beside: list[tuple[int, float]] = []
+    gap_counts: dict[int, tuple[int, int]] = {}
+    decode_handover: list[tuple[int, float]] = []
+    handover_gap_counts: dict[int, tuple[int, int]] = {}
+    for count, probes in sent_probes.items():
+        if not count:
+            continue
+        windows, handovers = [], []
+        for sent, first, served_id in probes:
+            if served_id in parts:
+                prefill, handover = split_window(sent, first, *parts[served_id])
+                windows.append(prefill)
+                handovers.append(handover)
+            else:
+                windows.append((min(sent + head_s, first), first))
+        gaps = stream_gaps[count]
+        # "outside" is away from every probe's whole window, its hand-over included
+        _, outside = split_gaps(gaps, [(sent, first) for sent, first, _ in probes])
+        for measured, counts, spans in ((decode_beside, gap_counts, windows),
+                                        (decode_handover, handover_gap_counts, handovers)):
+            if not spans:
+                continue
+            inside, _ = split_gaps(gaps, spans)
+            counts[count] = (len(inside), len(outside))
+            excess = beside_excess(inside, outside)
+            if excess is not None:
+                measured.append((count, excess))
     samples = {count: [first - sent for sent, first, _ in probes] for count, probes in sent_probes.items()}
-    paths: dict[int, list[float]] = {}
-    if engine_ttft is not None:
-        ttfts = engine_ttft()
-        for count, probes in sent_probes.items():
-            paths[count] = [first - sent - ttfts[sid] for sent, first, sid in probes if sid in ttfts]
+    paths = {count: [first - sent - engine_ttft[sid] for sent, first, sid in probes if sid in engine_ttft]
+             for count, probes in sent_probes.items()}
     return LoadStretch(stretch_points(samples), PROBE_PROMPT_TOKENS, samples, tuple(decode_beside), gap_counts,
                        tuple(decode_handover), handover_gap_counts, path_points(paths))

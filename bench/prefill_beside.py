@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from bench.router_log import engine_parts_by_id
 from schedulers.types import ROLE_BOTH, ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
 PROBE_PROMPT_TOKENS = 1024
@@ -162,11 +163,11 @@ def one_prompt(stream: Callable[..., Any], vocab_size: int, num_tokens: int, rou
     return record
 
 
-def measure_prefill_beside(dep: Any, routes: ProbeRoutes, engine_parts: Callable[[], Mapping[str, Mapping[str, Any]]],
+def measure_prefill_beside(dep: Any, routes: ProbeRoutes, router_log: Callable[[], Sequence[Mapping[str, Any]]],
                            repeats: int = REPEATS, rounds: int = ROUNDS) -> PrefillBeside:
-    """The probe (module docstring) on `dep`, otherwise idle. `engine_parts()` returns each
-    served request's parts inside its engines by the server's request id (the router's log,
-    `engine_s`: {"prefill": s, "decode": s})."""
+    """The probe (module docstring) on `dep`, otherwise idle. `router_log()` returns the router's
+    log of the requests served so far (`bench.router_log`), which holds each probe's parts inside
+    its engines."""
     alone: list[Any] = []
     beside: list[Any] = []  # the probes beside that had their engine to themselves
     dropped = background_served = 0
@@ -197,7 +198,7 @@ def measure_prefill_beside(dep: Any, routes: ProbeRoutes, engine_parts: Callable
     if not beside:
         raise RuntimeError(f"every probe beside ({dropped}) shared its engine with a background prompt: "
                            f"the router did not send them to two engines")
-    parts = engine_parts()
+    parts = engine_parts_by_id(router_log())
     alone_s, beside_s = _parts_of(alone, parts, routes.part), _parts_of(beside, parts, routes.part)
     return PrefillBeside(stretch_factor(alone_s, beside_s), tuple(alone_s), tuple(beside_s), dropped,
                          background_served, routes)

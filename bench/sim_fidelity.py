@@ -353,10 +353,8 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
     roles = set(role_counts)
     route = load_probe_route(roles)
     head_s = path.colocated_s if route == ROUTE_COLOCATED else path.disaggregated_s
-    parts = (lambda: engine_parts(ray.get(dep.router.prediction_errors.remote()))) if ROLE_PREFILL in roles else None
-    ttfts = (lambda: colocated_engine_parts(ray.get(dep.router.prediction_errors.remote()))) \
-        if route == ROUTE_COLOCATED else None
-    load = measure_load_stretch(dep, route=route, head_s=head_s or 0.0, engine_parts=parts, engine_ttft=ttfts)
+    router_log = lambda: ray.get(dep.router.prediction_errors.remote())  # noqa: E731
+    load = measure_load_stretch(dep, route=route, head_s=head_s or 0.0, router_log=router_log)
     _print_stretch("prefill beside streams", load)
     host_record = {**host.to_dict(), "load_stretch": [list(p) for p in load.points], "load_probe": load.to_dict(),
                    "load_probe_route": route}
@@ -369,7 +367,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
         # engine that streams, the probe above may not have gone to it: send it there.
         beside = load if ROLE_BOTH not in roles else measure_load_stretch(
             dep, route=ROUTE_DISAGGREGATED, salt_base=BESIDE_SALT, head_s=path.disaggregated_s or 0.0,
-            engine_parts=parts)
+            router_log=router_log)
         if beside is not load:
             _print_stretch("prefill on the prefill-only engine beside streams", beside)
         print("    decode beside the prefill-only engine's prefill: "
@@ -383,8 +381,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
     routes = probe_routes(role_counts)
     if routes is not None:
-        neighbour = measure_prefill_beside(dep, routes, lambda: engine_parts_by_id(
-            ray.get(dep.router.prediction_errors.remote())))
+        neighbour = measure_prefill_beside(dep, routes, router_log)
         print(f"    prefill beside another engine's prefills: x{neighbour.factor:.2f} (median "
               f"{_ms(statistics.median(neighbour.beside_s))} ms against {_ms(statistics.median(neighbour.alone_s))} "
               f"ms alone; {neighbour.dropped} probe(s) dropped, sharing an engine)", file=sys.stderr, flush=True)
@@ -422,30 +419,6 @@ def load_probe_route(roles: set[str]) -> str:
     round, x1.12-1.16 on route auto in runs 61-63, against colocated's x1.6-2.1): beside the
     streams of one engine the other core is free, where colocated's two engines both stream."""
     return ROUTE_COLOCATED if ROLE_BOTH in roles else "auto"
-
-
-def engine_parts_by_id(log: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """The router's log (`prediction_errors`) as server request id -> each engine's part of it."""
-    return {entry["request_id"]: dict(entry.get("engine_s") or {}) for entry in log}
-
-
-def engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, tuple[float, float]]:
-    """The router's log (`prediction_errors`) as server request id -> (prefill engine's part,
-    decode engine's part) of each disaggregated request whose engines timed both."""
-    out = {}
-    for entry in log:
-        parts = entry.get("engine_s") or {}
-        if entry.get("route") == ROUTE_DISAGGREGATED and parts.get("prefill") is not None \
-                and parts.get("decode") is not None:
-            out[entry["request_id"]] = (float(parts["prefill"]), float(parts["decode"]))
-    return out
-
-
-def colocated_engine_parts(log: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """The router's log (`prediction_errors`) as server request id -> the engine's part of each
-    colocated request whose engine timed it."""
-    return {entry["request_id"]: float(entry["engines_s"]) for entry in log
-            if entry.get("route") == ROUTE_COLOCATED and entry.get("engines_s") is not None}
 
 
 def _stretch_text(points: Sequence[Sequence[float]]) -> str:

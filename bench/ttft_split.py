@@ -22,18 +22,11 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from bench.metrics import RequestRecord
+from bench.router_log import first_part
 from schedulers.types import ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
 # Per route, the names of a TTFT's two parts.
 PARTS = {ROUTE_COLOCATED: ("engine", "path"), ROUTE_DISAGGREGATED: ("prefill engine", "rest")}
-
-
-def _live_part(entry: Mapping[str, Any], route: str) -> float | None:
-    """The first part of a router log entry's TTFT (module docstring), None where vLLM kept no
-    request stats."""
-    if route == ROUTE_COLOCATED:
-        return entry.get("engines_s")
-    return (entry.get("engine_s") or {}).get("prefill")
 
 
 def live_engine_ttft(records: Sequence[RequestRecord], prediction_log: Iterable[Mapping[str, Any]],
@@ -42,7 +35,7 @@ def live_engine_ttft(records: Sequence[RequestRecord], prediction_log: Iterable[
     route disaggregated), for the records on `route` whose router log entry has it."""
     if route not in PARTS:
         raise ValueError(f"route must be one of {sorted(PARTS)}, got {route!r}")
-    part = {e["request_id"]: _live_part(e, route) for e in prediction_log if e.get("route") == route}
+    part = {e["request_id"]: first_part(e, route) for e in prediction_log if e.get("route") == route}
     return {r.request_id: float(part[r.served_id]) for r in records
             if r.ok and r.route == route and part.get(r.served_id) is not None}
 

@@ -26,7 +26,6 @@ from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
 from bench.prediction_accuracy import median_rel_error, run_mixed_workload
 from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes
-from bench.sim_fidelity import colocated_engine_parts, engine_parts, engine_parts_by_id
 from pd_serve import InvalidRequestError, deploy
 from pd_serve.request_path import measure_request_path
 from pd_serve.router import WARMUP_TRANSFER_BLOCKS
@@ -309,8 +308,8 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     # such probe made a factor of 12.8 (the bound is 10).
     # Sent where bench.sim_fidelity sends it on hybrid (the engine that streams), and timed inside
     # that engine by the router's log, so each probe's request path is measured as well.
-    stretch = measure_load_stretch(hybrid, repeats=3, route="colocated", engine_ttft=lambda: colocated_engine_parts(
-        ray.get(hybrid.router.prediction_errors.remote())))
+    router_log = lambda: ray.get(hybrid.router.prediction_errors.remote())  # noqa: E731
+    stretch = measure_load_stretch(hybrid, repeats=3, route="colocated", router_log=router_log)
     engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
     assert [n for n, _ in stretch.points] == [k * engines for k in STREAMS_PER_ENGINE]
     assert sorted(stretch.samples) == [0] + [k * engines for k in STREAMS_PER_ENGINE]
@@ -323,8 +322,7 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     # The probe sent to the prefill-only engine (bench.sim_fidelity measures it there too).
     # Split where each probe's prefill ended, by the engines' own timestamps in the router's log.
     beside = measure_load_stretch(hybrid, repeats=2, streams_per_engine=(1,), route="disaggregated",
-                                  salt_base=100, engine_parts=lambda: engine_parts(
-                                      ray.get(hybrid.router.prediction_errors.remote())))
+                                  salt_base=100, router_log=router_log)
     assert [n for n, _ in beside.points] == [engines] and min(beside.samples[0]) > 0, beside.samples
     # The stream's token gaps inside the probe's prefill and away from it were both timed (about
     # 20 and 40 of them), and what a decode step lost beside the prefill is a few milliseconds.
@@ -348,8 +346,8 @@ def test_a_prefill_beside_the_other_engines_prefills_is_measured_and_no_prompt_i
     the router's log; the router sent them to different engines, and nothing is left running."""
     routes = probe_routes(Counter(i.role for i in hybrid.infos.values()))
     assert routes == ProbeRoutes("disaggregated", "colocated", "prefill")
-    measured = measure_prefill_beside(hybrid, routes, lambda: engine_parts_by_id(
-        ray.get(hybrid.router.prediction_errors.remote())), repeats=2, rounds=1)
+    measured = measure_prefill_beside(hybrid, routes, lambda: ray.get(hybrid.router.prediction_errors.remote()),
+                                      repeats=2, rounds=1)
     # the background's prompts went to the engine that does both, the probes to the other one
     assert measured.dropped == 0 and len(measured.alone_s) == 2 and len(measured.beside_s) == 2, measured
     assert measured.background >= 2

@@ -199,7 +199,7 @@ def test_a_probe_window_splits_where_its_prefill_ended():
 
 class HandingOverFake(PrefillingFake):
     """As PrefillingFake, and after its prefill a probe is handed over for HANDOVER_S, while the
-    other requests' tokens come HANDOVER_SLOWER_S later; `engine_parts` is the router's log."""
+    other requests' tokens come HANDOVER_SLOWER_S later; `router_log` is the router's log."""
 
     HANDOVER_S, HANDOVER_SLOWER_S = 0.15, 0.015
 
@@ -222,15 +222,16 @@ class HandingOverFake(PrefillingFake):
         self.served.append(f"probe-{len(self.served)}")
         return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
 
-    def engine_parts(self):
-        return {rid: (self.PREFILL_S, self.HANDOVER_S) for rid in self.served}
+    def router_log(self):
+        return [{"request_id": rid, "route": "disaggregated",
+                 "engine_s": {"prefill": self.PREFILL_S, "decode": self.HANDOVER_S}} for rid in self.served]
 
 
 def test_the_probe_measures_what_a_decode_step_loses_while_a_request_is_handed_over(monkeypatch):
     monkeypatch.setattr(host_load, "SETTLE_S", 0.05)
     monkeypatch.setattr(host_load, "PAUSE_S", 0.05)
     dep = HandingOverFake()
-    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), engine_parts=dep.engine_parts)
+    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1,), router_log=dep.router_log)
     (count, beside), = stretch.decode_beside
     (_, handover), = stretch.decode_handover
     assert count == 2 and min(stretch.handover_gap_counts[2]) >= 10
@@ -256,7 +257,7 @@ def test_the_path_is_each_counts_median_from_none_up_and_needs_enough_probes():
 
 class PathFake(PrefillingFake):
     """As PrefillingFake, and a probe's way outside its engine takes PATH_S more for each request
-    streaming; `engine_ttft` is the router's log of each probe's part in its engine."""
+    streaming; `router_log` is the router's log of each probe's part in its engine."""
 
     PATH_S = 0.01
 
@@ -282,15 +283,16 @@ class PathFake(PrefillingFake):
         self.served.append(f"probe-{len(self.served)}")
         return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
 
-    def engine_ttft(self):
-        return {rid: self.PREFILL_S for rid in self.served}
+    def router_log(self):
+        return [{"request_id": rid, "route": "colocated", "engine_s": {"decode": self.PREFILL_S},
+                 "engines_s": self.PREFILL_S} for rid in self.served]
 
 
 def test_the_probe_measures_the_request_path_beside_each_count_of_streams(monkeypatch):
     monkeypatch.setattr(host_load, "SETTLE_S", 0.05)
     monkeypatch.setattr(host_load, "PAUSE_S", 0.0)
     dep = PathFake()
-    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1, 2), engine_ttft=dep.engine_ttft)
+    stretch = measure_load_stretch(dep, repeats=3, streams_per_engine=(1, 2), router_log=dep.router_log)
     counts, paths = zip(*stretch.path_points)
     assert counts == (0, 2, 4)
     # Timer noise aside: the fake's path grows 10 ms with each stream (one and two per engine).

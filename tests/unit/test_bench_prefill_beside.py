@@ -29,7 +29,7 @@ class FakeDeployment:
         self.open = {"both-0": 0, "both-1": 0}
         self.lock = threading.Lock()
         self.ids = itertools.count()
-        self.parts: dict[str, dict[str, float]] = {}
+        self.log: list[dict] = []  # the router's log (bench.router_log)
         self.prompts: list[tuple[int, ...]] = []
         self.routes: set[str] = set()
 
@@ -44,7 +44,7 @@ class FakeDeployment:
             self.routes.add(route)
         try:
             time.sleep(part)
-            self.parts[rid] = {"decode": part}
+            self.log.append({"request_id": rid, "route": route, "engine_s": {"decode": part}, "engines_s": part})
             yield {"type": "token", "token_ids": [1]}
             yield {"type": "result", "result": SimpleNamespace(
                 route=self.served_route or route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
@@ -62,7 +62,7 @@ def _quick(monkeypatch):
 def test_the_probe_measures_a_prefill_beside_the_other_engines_prefills():
     dep = FakeDeployment()
     routes = probe_routes({"both": 2})
-    measured = measure_prefill_beside(dep, routes, lambda: dep.parts, repeats=3, rounds=2)
+    measured = measure_prefill_beside(dep, routes, lambda: dep.log, repeats=3, rounds=2)
     assert measured.factor == pytest.approx(SLOWER)
     assert len(measured.alone_s) == 6 and len(measured.beside_s) == 6 and measured.dropped == 0
     assert measured.background >= 6
@@ -76,20 +76,20 @@ def test_the_probe_measures_a_prefill_beside_the_other_engines_prefills():
 def test_probes_that_shared_their_engine_are_dropped_and_none_left_is_an_error():
     dep = FakeDeployment(one_engine=True)
     with pytest.raises(RuntimeError, match="shared its engine"):
-        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.parts, repeats=2, rounds=1)
+        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.log, repeats=2, rounds=1)
     assert dep.open == {"both-0": 0, "both-1": 0}
 
 
 def test_a_probe_served_on_another_route_than_it_was_sent_on_is_an_error():
     dep = FakeDeployment(served_route="disaggregated")
     with pytest.raises(RuntimeError, match="served on 'disaggregated'"):
-        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.parts, repeats=1, rounds=1)
+        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: dep.log, repeats=1, rounds=1)
 
 
 def test_a_probe_without_its_engine_part_in_the_log_is_an_error():
     dep = FakeDeployment()
     with pytest.raises(RuntimeError, match="calibrated"):
-        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: {}, repeats=1, rounds=1)
+        measure_prefill_beside(dep, probe_routes({"both": 2}), lambda: [], repeats=1, rounds=1)
 
 
 @pytest.mark.parametrize("roles,expected", [

@@ -438,27 +438,6 @@ def test_the_prefill_neighbour_form_is_decode_neighbour_with_the_stretch_beside_
         "disaggregated", "disaggregated.yaml", "decode-neighbour", {**record, "host": host})
 
 
-def test_the_routers_log_gives_each_requests_engine_parts_by_its_id():
-    log = [{"request_id": "a", "route": "disaggregated", "engine_s": {"prefill": 0.2, "decode": 0.03}},
-           {"request_id": "b", "route": "colocated", "engine_s": {"decode": 0.1}}, {"request_id": "c"}]
-    assert sf.engine_parts_by_id(log) == {"a": {"prefill": 0.2, "decode": 0.03}, "b": {"decode": 0.1}, "c": {}}
-
-
-def test_the_routers_log_gives_each_disaggregated_requests_engine_parts():
-    log = [{"request_id": "a", "route": "disaggregated", "engine_s": {"prefill": 0.2, "decode": 0.03}},
-           {"request_id": "b", "route": "colocated", "engine_s": {"decode": 0.1}},
-           {"request_id": "c", "route": "disaggregated", "engine_s": {"prefill": 0.2}},  # the decode kept no stats
-           {"request_id": "d", "route": "disaggregated"}]
-    assert sf.engine_parts(log) == {"a": (0.2, 0.03)}
-
-
-def test_the_routers_log_gives_each_colocated_requests_engine_part():
-    log = [{"request_id": "a", "route": "disaggregated", "engines_s": 0.23},
-           {"request_id": "b", "route": "colocated", "engines_s": 0.1},
-           {"request_id": "c", "route": "colocated", "engines_s": None}]  # its engine kept no stats
-    assert sf.colocated_engine_parts(log) == {"b": 0.1}
-
-
 def test_the_path_beside_form_is_mix_growth_with_the_colocated_path_measured_beside_streams(cal, model_dir):
     host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
             "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
