@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import sim_fidelity as sf
-from bench.fidelity_rounds import count_ok, fidelity_over_rounds, held_out_table
+from bench.fidelity_rounds import by_load_table, by_rate, count_ok, fidelity_over_rounds, held_out_table
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
 
@@ -70,6 +70,26 @@ def test_a_round_off_by_a_second_fails_the_held_out_ttfts_but_not_the_tpot(tmp_p
     early = result["held_out"][0]["per_metric"]
     assert early["p99_ttft_s"]["live"] == 0 and early["mean_tpot_s"]["live"] == 1
     assert "round_2" in held_out_table(result["held_out"])
+    # The one rate's counts are the rounds' totals; the sweep's rates were given, so no load.
+    assert late["per_rate"] == [{"rate": 2.0, "live": 1, "sim": 3, "of": 3}]
+    (row,) = result["by_rate"]
+    assert row["load"] is None and row["held_out_of"] == 9
+    assert row["held_out_live_ok"] == sum(h["live_round_ok"] for h in result["held_out"])
+    assert row["held_out_sim_ok"] == sum(h["sim_round_ok"] for h in result["held_out"])
+
+
+def test_by_rate_counts_each_rate_apart_with_its_load():
+    pooled = [{"rate": 2.0, "metrics": {"p50": {"ok": True}, "p99": {"ok": False}}},
+              {"rate": 4.0, "metrics": {"p50": {"ok": False}, "p99": {"ok": False}}}]
+    held = [{"per_rate": [{"rate": 2.0, "live": 2, "sim": 1, "of": 2}, {"rate": 4.0, "live": 0, "sim": 1, "of": 2}]},
+            {"per_rate": [{"rate": 2.0, "live": 1, "sim": 2, "of": 2}, {"rate": 4.0, "live": 1, "sim": 0, "of": 2}]}]
+    rows = by_rate(pooled, held, capacity_rps=4.0)
+    assert [(r["rate"], r["load"], r["pooled_ok"], r["held_out_live_ok"], r["held_out_sim_ok"]) for r in rows] == [
+        (2.0, 0.5, 1, 3, 3), (4.0, 1.0, 0, 1, 1)]
+    assert all(r["pooled_of"] == 2 and r["held_out_of"] == 4 for r in rows)
+    table = by_load_table(rows)
+    assert "| 0.50 |" in table and "1 / 4" in table
+    assert by_rate(pooled, held, None)[0]["load"] is None
 
 
 @pytest.mark.parametrize("measurements", ["pooled", "hardware"])
