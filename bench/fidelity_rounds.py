@@ -200,7 +200,7 @@ def by_rate(pooled_rows: Sequence[Mapping[str, Any]], held_out: Sequence[Mapping
     out = []
     for rate in sorted({row["rate"] for row in pooled_rows}):
         checks = [m["ok"] for row in pooled_rows if row["rate"] == rate for m in row["metrics"].values()]
-        held = [p for h in held_out for p in h.get("per_rate", ()) if p["rate"] == rate]
+        held = [p for h in held_out for p in h["per_rate"] if p["rate"] == rate]
         out.append({"rate": rate, "load": rate / capacity_rps if capacity_rps else None,
                     "pooled_ok": sum(checks), "pooled_of": len(checks),
                     "held_out_live_ok": sum(p["live"] for p in held), "held_out_sim_ok": sum(p["sim"] for p in held),

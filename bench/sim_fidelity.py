@@ -179,7 +179,9 @@ MEASURED_SINCE = (
              "another engine's prefills (`bench.prefill_beside`, measured since stop 37)", "decode-neighbour"),
     Measured(("step_excess_mix",), lambda roles: decode_engines(roles) == 1, "the decode steps' excess in loops "
              "of the workload's mix (`bench.decode_growth`, measured since stop 38)", "prefill-neighbour"),
-    Measured(("path_beside_streams",), lambda roles: ROLE_BOTH in roles, "the colocated route's request path "
+    # measured where the load probe goes colocated (load_probe_route), the only route it times a path on
+    Measured(("path_beside_streams",), lambda roles: load_probe_route(set(roles)) == ROUTE_COLOCATED,
+             "the colocated route's request path "
              "beside streams (`bench.host_load`'s probes less their engine's part, measured since stop 39)",
              "mix-growth"),
 )
