@@ -307,14 +307,20 @@ class HostSpec:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
 
+    def stretched_path_s(self, path_s: float, num_streams: int) -> float:
+        """A request path measured on the idle deployment (`path_s`), with `num_streams`
+        streaming on the host: `load_factor` times longer. The hand-over's path, and the
+        colocated route's where nothing measured it beside streams."""
+        return path_s * self.load_factor(num_streams)
+
     def colocated_path_s(self, path_s: float, num_streams: int) -> float:
         """The colocated route's request path with `num_streams` streaming on the host: from
         `path_beside_streams` where measured (joined linearly; beyond the last count at the last:
         a probe's few paths at a count are noisy, and a line carried on past them is a guess),
-        else `path_s` (the idle deployment's) times `load_factor`."""
+        else `stretched_path_s` of the idle deployment's `path_s`."""
         points = self.path_beside_streams
         if not self.is_modelled or not points:
-            return path_s * self.load_factor(num_streams)
+            return self.stretched_path_s(path_s, num_streams)
         if num_streams >= points[-1][0]:
             return points[-1][1]
         return _joined(points, max(0, num_streams))

@@ -279,11 +279,6 @@ class Simulator:
         running = sum(len(w.current.decodes) for w in self.workers.values() if w.current is not None)
         return running + (len(plan.decodes) if plan is not None else 0)
 
-    def _path_s(self, path_s: float) -> float:
-        """The request path now: longer by the host's load factor for the streams running (1
-        without a host model or load points)."""
-        return path_s * self.cluster.host.load_factor(self._num_streams())
-
     # ---- requests ----------------------------------------------------------------------------
 
     def _arrive(self, job: Job, now_s: float) -> set[str]:
@@ -356,7 +351,8 @@ class Simulator:
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
         self.router.sent(decode_id, job.record.request_id, 0)
-        return self._dispatch(decode_id, loading, now_s, self._path_s(self.cluster.request_path.handover_s))
+        path_s = self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
+        return self._dispatch(decode_id, loading, now_s, path_s)
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
         job.record.ok, job.record.error = False, error

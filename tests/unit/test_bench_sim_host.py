@@ -105,6 +105,13 @@ def test_the_colocated_path_follows_its_points_beside_streams_when_measured():
     assert HostSpec(path_beside_streams=((0, 0.010),)).colocated_path_s(0.017, 2) == pytest.approx(0.017)
 
 
+def test_the_hand_over_path_is_the_idle_path_stretched_not_the_colocated_points():
+    host = HostSpec(num_cores=2, load_stretch=((2, 1.5),), path_beside_streams=((0, 0.010), (2, 0.016)))
+    assert host.stretched_path_s(0.030, 0) == pytest.approx(0.030)
+    assert host.stretched_path_s(0.030, 2) == pytest.approx(0.045)  # the points are the colocated route's
+    assert HostSpec().stretched_path_s(0.030, 2) == pytest.approx(0.030)  # no host: as measured
+
+
 @pytest.mark.parametrize("field,value", [("num_cores", -1), ("cpu_s_per_token", -1e-3),
                                          ("load_stretch", ((2, 1.5), (2, 1.6))),
                                          ("load_stretch", ((0, 1.5),)), ("load_stretch", ((2, 0.0),)),
