@@ -43,10 +43,14 @@ def hold_the_loop(seconds: float) -> None:
 def hold_the_gil(seconds: float) -> None:
     """One C call that keeps the GIL all along (builtin sum over a range), sized to last about
     `seconds` here: no other thread of the process runs meanwhile."""
-    t0 = time.perf_counter()
-    sum(range(10**6))
-    per_million = time.perf_counter() - t0
+    per_million = min(_timed(lambda: sum(range(10**6))) for _ in range(3))  # one slow try would shorten the hold
     sum(range(int(10**6 * seconds / per_million)))
+
+
+def _timed(call: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
 
 
 def hold_the_gil_elsewhere(seconds: float) -> None:
@@ -116,12 +120,16 @@ def test_a_held_loop_is_one_stall_with_the_holders_stack():
 
 def test_a_held_process_is_marked_held_and_dumped_with_the_holder():
     stalls = watched("held process")["stalls"]
-    assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3
-    assert stalls[0]["process_held"]  # the watchdog thread could not run either
-    assert "hold_the_gil" in stalls[0]["all_threads"]  # faulthandler's C thread needs no GIL
-    # the loop thread itself held the GIL, computing (on a busy host, partly waiting for a CPU)
-    assert stalls[0]["os_verdict"] in ("ran", "no cpu")
-    assert stalls[0]["os"]["thread_ran_s"] + stalls[0]["os"]["thread_runnable_s"] >= 0.8 * stalls[0]["stall_s"]
+    shown = json.dumps([{k: v for k, v in s.items() if k != "all_threads"} for s in stalls])  # if it fails
+    assert len(stalls) == 1 and stalls[0]["stall_s"] >= 0.3, shown
+    assert stalls[0]["process_held"], shown  # the watchdog thread could not run either
+    assert "hold_the_gil" in stalls[0]["all_threads"], shown  # faulthandler's C thread needs no GIL
+    # the loop thread itself held the GIL, computing (on a busy host, partly waiting for a CPU;
+    # on a busy VM, partly taken by the hypervisor)
+    os_account = stalls[0]["os"]
+    assert stalls[0]["os_verdict"] in ("ran", "no cpu", "steal"), shown
+    assert (os_account["thread_ran_s"] + os_account["thread_runnable_s"] + os_account["steal_s"]
+            >= 0.8 * stalls[0]["stall_s"]), shown
 
 
 def test_a_gil_held_by_another_thread_is_told_apart_by_the_os_account():
