@@ -78,6 +78,7 @@ from bench.host_load import measure_load_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
                                        hardware_measurements_for)
+from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
@@ -608,11 +609,11 @@ GAP_CLASSES = CLASSES[:4]
 
 
 def _live_beside_sim(rows: Sequence[Mapping[str, Any]], field: str, keys: Sequence[Any], stat: str,
-                     key_of: Any = lambda k: k) -> list[list[str]]:
+                     key_of: Any = lambda k: k, fmt: Callable[[float], str] = lambda v: _ms(v)) -> list[list[str]]:
     """Table rows: system, rate, then per key "live / sim ms (live count)" of `row[field]`'s
-    live and sim summaries (`stat` of each), for the rows whose live records were found.
-    `key_of` reads a summary's keys (JSON turns numbers into strings). A row with nothing live
-    (no records found, or none of the kind summarized) is left out."""
+    live and sim summaries (`stat` of each, written by `fmt`), for the rows whose live records
+    were found. `key_of` reads a summary's keys (JSON turns numbers into strings). A row with
+    nothing live (no records found, or none of the kind summarized) is left out."""
     body = []
     for r in rows:
         both = r.get(field) or {}
@@ -620,7 +621,7 @@ def _live_beside_sim(rows: Sequence[Mapping[str, Any]], field: str, keys: Sequen
             continue
         live, sim = ({key_of(k): v for k, v in (both.get(side) or {}).items()} for side in ("live", "sim"))
         body.append([r["system"], f"{r['rate']:g}"] + [
-            f"{_ms(live[k][stat]) if k in live else '-'} / {_ms(sim[k][stat]) if k in sim else '-'}"
+            f"{fmt(live[k][stat]) if k in live else '-'} / {fmt(sim[k][stat]) if k in sim else '-'}"
             f" ({live[k]['count'] if k in live else 0})" for k in keys])
     return body
 
@@ -670,12 +671,33 @@ def ttft_split_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] =
                         _live_beside_sim(rows, f"ttft_split_{route}", keys, "median_s"))
 
 
+ALONE_HEADINGS = {ROUTE_COLOCATED: "a colocated prompt alone at its engine",
+                  ROUTE_DISAGGREGATED: "a disaggregated prompt alone at its prefill engine"}
+
+
+def alone_heading(route: str) -> str:
+    return (f"{ALONE_HEADINGS[route]} (no other prompt there from its arrival to its first token): its engine part "
+            f"over its calibrated prefill step, by length bucket (bench.prefill_alone): median live / sim (live requests)")
+
+
+def prefill_alone_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] = tuple(RATES_BUCKETS),
+                        route: str = ROUTE_COLOCATED) -> str:
+    """Markdown table: per system and rate, the stretch a prompt alone at its engine met
+    (`bench.prefill_alone`), live / simulated (live count), by length bucket."""
+    return format_table(["system", "rate"] + [f"{b} live / sim" for b in buckets],
+                        _live_beside_sim(rows, f"prefill_alone_{route}", buckets, "median", fmt=lambda v: f"x{v:.2f}"))
+
+
 def _print_splits(rows: Sequence[Mapping[str, Any]], prefix: str = "") -> None:
-    """Each route's split table, for the routes some row has live requests on."""
+    """Each route's split table and its prompts-alone table, for the routes some row has live
+    requests on."""
     for route in SPLIT_ROUTES:
         if any((r.get(f"ttft_split_{route}") or {}).get("live") for r in rows):
             print(f"\n{prefix}{split_heading(route)}\n")
             print(ttft_split_table(rows, route=route))
+        if any((r.get(f"prefill_alone_{route}") or {}).get("live") for r in rows):
+            print(f"\n{prefix}{alone_heading(route)}\n")
+            print(prefill_alone_table(rows, route=route))
 
 
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
@@ -740,8 +762,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             workload = rates_workload(rate, num_requests, output_tokens)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
-            live_gaps = live_quiet = live_split = None
+            live_gaps = live_quiet = live_split = live_alone = None
             decode_step_s = lambda contexts: step_model.predict(0, 0, contexts)  # noqa: E731
+            prefill_s = lambda tokens: step_model.predict(tokens)  # noqa: E731
             if records_path is not None and records_path.is_file():
                 live_records = json.loads(records_path.read_text())
                 matches = same_requests(workload, live_records)
@@ -749,12 +772,17 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 live_gaps = gap_summary(classify_gaps(parsed))
                 live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
                 if log is not None:
-                    live_split = {route: split_summary(parsed, live_engine_ttft(parsed, log, route), route)
+                    live_engine = {route: live_engine_ttft(parsed, log, route) for route in SPLIT_ROUTES}
+                    live_split = {route: split_summary(parsed, live_engine[route], route) for route in SPLIT_ROUTES}
+                    live_windows = {k: v for route in SPLIT_ROUTES for k, v in live_engine[route].items()}
+                    live_alone = {route: alone_summary(parsed, live_engine[route], prefill_s, live_windows)
                                   for route in SPLIT_ROUTES}
             result = simulate_system(config, label, step_model, workload)
             if sim_records is not None:
                 sim_records[(label, rate)] = list(result.records)
             sim_summary = summarize(result.records, slo)
+            sim_engine = {route: sim_engine_ttft(result.records, result.prompt_reached_s, result.prompt_prefilled_s,
+                                                 route) for route in SPLIT_ROUTES}
             metrics = compare_summaries(live_summary, sim_summary, tolerance)
             rows.append({"system": label, "rate": rate, "num_requests": num_requests,
                          "output_tokens": output_tokens, "workload_matches_live": matches,
@@ -770,8 +798,12 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                                           "sim": quiet_excess_by_batch(result.records, decode_step_s)},
                          **{f"ttft_split_{route}": {
                              "live": None if live_split is None else live_split[route],
-                             "sim": split_summary(result.records, sim_engine_ttft(
-                                 result.records, result.prompt_reached_s, result.prompt_prefilled_s, route), route)}
+                             "sim": split_summary(result.records, sim_engine[route], route)}
+                            for route in SPLIT_ROUTES},
+                         **{f"prefill_alone_{route}": {
+                             "live": None if live_alone is None else live_alone[route],
+                             "sim": alone_summary(result.records, sim_engine[route], prefill_s,
+                                                  {k: v for part in sim_engine.values() for k, v in part.items()})}
                             for route in SPLIT_ROUTES}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
