@@ -84,6 +84,7 @@ DEFAULT_MEASUREMENTS = "hardware"
 # Keys whose values are raw samples or probe detail, not figures the simulator reads: kept as the
 # first round's (their medians would mean nothing).
 RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "prefill_beside_probe", "decode_growth_probe",
+                      "length_probe", "length_probe_beside",
                       "calibration", "router_calibration", "hf_config", "model_spec", "kv_geometry", "probe_fit",
                       "router_links", "window_s"})
 

@@ -75,6 +75,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, r
 from bench.decode_growth import measure_decode_growth
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
+from bench.length_stretch import measure_length_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
                                        hardware_measurements_for)
@@ -382,6 +383,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
         host_record.update(load_stretch_beside=[list(p) for p in beside.points], load_probe_beside=beside.to_dict(),
                            decode_beside_prefill=[list(p) for p in beside.decode_beside],
                            decode_beside_handover=[list(p) for p in beside.decode_handover])
+    host_record.update(_length_probes(dep, roles, router_log))
     routes = probe_routes(role_counts)
     if routes is not None:
         neighbour = measure_prefill_beside(dep, routes, router_log)
@@ -400,6 +402,21 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
             host_record.update(step_excess_mix=[list(p) for p in growth.points],
                                step_excess_mix_context_tokens=growth.context_tokens)
     return calibration_from_deployment(dep, path.to_dict(), host_record, router_calibration)
+
+
+def _length_probes(dep: Any, roles: set[str], router_log: Callable[[], Any]) -> dict[str, Any]:
+    """The stretch by prompt length (`bench.length_stretch`, recorded, read by no form yet): on
+    an engine that streams where there is one, and on the prefill-only engine where there is one."""
+    routes = {"length_probe": ROUTE_COLOCATED if ROLE_BOTH in roles else ROUTE_DISAGGREGATED}
+    if ROLE_PREFILL in roles and ROLE_BOTH in roles:
+        routes["length_probe_beside"] = ROUTE_DISAGGREGATED
+    out = {}
+    for i, (key, route) in enumerate(routes.items()):
+        probe = measure_length_stretch(dep, route, router_log, salt_base=1000 * i)
+        print(f"    prefill beside {probe.streams} stream(s) by prompt length, {route}, inside the engine: "
+              + ", ".join(f"x{f:.2f} at {n}" for n, f in probe.points), file=sys.stderr, flush=True)
+        out[key] = probe.to_dict()
+    return out
 
 
 def _check_measured(label: str, host_form: str, host_spec: Mapping[str, Any], role_counts: Mapping[str, int]) -> None:

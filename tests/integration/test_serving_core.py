@@ -21,6 +21,7 @@ import ray
 from bench.decode_growth import MIN_GAPS, measure_decode_growth
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
+from bench.length_stretch import measure_length_stretch
 from bench.metrics import SloSpec
 from bench.metrics import num_within_slos
 from bench.paired import ROUTES, paired_rows, run_pairs
@@ -336,6 +337,26 @@ def test_a_prefill_beside_streams_is_measured_and_no_stream_is_left_behind(hybri
     assert outside > 0, beside.handover_gap_counts
     assert all(abs(e) < 0.05 for _, e in beside.decode_handover), beside.decode_handover
     workers = hybrid.status()["workers"]  # the router's counts and each engine's, polled now
+    assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
+               for w in workers.values()), workers
+
+
+def test_a_prefill_beside_streams_is_measured_by_prompt_length_inside_its_engine(hybrid):
+    """What bench.length_stretch records: probes of each length alone and beside the streams,
+    each timed inside the engine that prefilled it (the prefill-only engine's on route
+    disaggregated), a factor per length; afterwards nothing is left running."""
+    router_log = lambda: ray.get(hybrid.router.prediction_errors.remote())  # noqa: E731
+    engines = sum(1 for i in hybrid.infos.values() if i.role in DECODE_ROLES)
+    for k, route in enumerate(("colocated", "disaggregated")):
+        probe = measure_length_stretch(hybrid, route, router_log, lengths=(64, 512), repeats=1, salt_base=1000 * k)
+        assert probe.streams == engines and [n for n, _ in probe.points] == [64, 512], probe
+        assert all(0 < f < 20 for _, f in probe.points), probe.points
+        for n in (64, 512):
+            assert sorted(probe.engine_s[n]) == [0, engines] and all(len(v) == 1 for v in probe.engine_s[n].values())
+            # inside the engine is part of the TTFT: the request path is outside it
+            assert all(0 < e < t for e, t in zip(probe.engine_s[n][0] + probe.engine_s[n][engines],
+                                                 probe.ttft_s[n][0] + probe.ttft_s[n][engines])), probe
+    workers = hybrid.status()["workers"]
     assert all(w["inflight"] == 0 and w["load"]["num_running"] == 0 and w["load"]["num_waiting"] == 0
                for w in workers.values()), workers
 
