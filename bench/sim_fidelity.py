@@ -693,8 +693,9 @@ ALONE_HEADINGS = {ROUTE_COLOCATED: "a colocated prompt alone at its engine",
 
 
 def alone_heading(route: str) -> str:
-    return (f"{ALONE_HEADINGS[route]} (no other prompt there from its arrival to its first token): its engine part "
-            f"over its calibrated prefill step, by length bucket (bench.prefill_alone): median live / sim (live requests)")
+    return (f"{ALONE_HEADINGS[route]} (no other prompt's time in that engine overlapping its own): its engine "
+            f"part over its calibrated prefill step, by length bucket (bench.prefill_alone): median live / sim "
+            f"(live requests)")
 
 
 def prefill_alone_table(rows: Sequence[Mapping[str, Any]], buckets: Sequence[str] = tuple(RATES_BUCKETS),
@@ -715,6 +716,12 @@ def _print_splits(rows: Sequence[Mapping[str, Any]], prefix: str = "") -> None:
         if any((r.get(f"prefill_alone_{route}") or {}).get("live") for r in rows):
             print(f"\n{prefix}{alone_heading(route)}\n")
             print(prefill_alone_table(rows, route=route))
+
+
+def _every_part(by_route: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """request id -> its first TTFT part, whichever route it took (a lone prompt's window is
+    checked against every prompt on its engine, `bench.prefill_alone`)."""
+    return {rid: part for parts in by_route.values() for rid, part in parts.items()}
 
 
 def _routes(records: Sequence[RequestRecord]) -> dict[str, int]:
@@ -791,8 +798,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                 if log is not None:
                     live_engine = {route: live_engine_ttft(parsed, log, route) for route in SPLIT_ROUTES}
                     live_split = {route: split_summary(parsed, live_engine[route], route) for route in SPLIT_ROUTES}
-                    live_windows = {k: v for route in SPLIT_ROUTES for k, v in live_engine[route].items()}
-                    live_alone = {route: alone_summary(parsed, live_engine[route], prefill_s, live_windows)
+                    live_alone = {route: alone_summary(parsed, live_engine[route], prefill_s, _every_part(live_engine))
                                   for route in SPLIT_ROUTES}
             result = simulate_system(config, label, step_model, workload)
             if sim_records is not None:
@@ -820,7 +826,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          **{f"prefill_alone_{route}": {
                              "live": None if live_alone is None else live_alone[route],
                              "sim": alone_summary(result.records, sim_engine[route], prefill_s,
-                                                  {k: v for part in sim_engine.values() for k, v in part.items()})}
+                                                  _every_part(sim_engine))}
                             for route in SPLIT_ROUTES}})
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
