@@ -53,9 +53,10 @@ from bench.router_log import colocated_parts, disaggregated_parts
 
 PROBE_PROMPT_TOKENS = 1024
 # Five probes a count left the stretch to chance: resampling each of runs 74-78's probes (stop 42),
-# the first count's factor had an 80% interval 0.2-0.4 wide on colocated and disaggregated
-# (1.35-1.79, 1.61-2.10), while a short prompt alone at disaggregated's prefill engine ran
-# 1.5-1.9x its calibrated time live. Ten halve the variance for about 12 s more per deployment.
+# the first count's factor had an 80% interval 0.15-1.65 wide (0.38 at the median) over the 30
+# probes of colocated, disaggregated and adaptive, while a short prompt alone at disaggregated's
+# prefill engine ran x1.70 its calibrated step at the median live. Ten halve the variance for
+# about 12 s more per deployment (run 79: intervals 0.15-0.42 wide, 0.32 at the median).
 REPEATS = 10
 STREAMS_PER_ENGINE = (1, 2, 4)  # background streams per decode-capable engine, one level each
 STREAM_PROMPT_TOKENS = 128

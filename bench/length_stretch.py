@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from bench.host_load import PAUSE_S, SETTLE_S, BackgroundStreams, probe_window
-from bench.router_log import colocated_parts, disaggregated_parts
-from schedulers.types import ROUTE_COLOCATED
+from bench.router_log import first_parts
 
 PROBE_LENGTHS = (256, 1536, 3584)  # one per bucket of bench.compare's rates mix
 REPEATS = 5
@@ -73,13 +72,6 @@ def length_points(engine_s: Mapping[int, Mapping[int, Sequence[float]]], streams
     return tuple(points)
 
 
-def engine_part(log: Sequence[Mapping[str, Any]], route: str) -> dict[str, float]:
-    """Server request id -> the part of its TTFT inside the engine that prefilled it."""
-    if route == ROUTE_COLOCATED:
-        return colocated_parts(log)
-    return {rid: prefill for rid, (prefill, _) in disaggregated_parts(log).items()}
-
-
 def measure_length_stretch(dep: Any, route: str, router_log: Callable[[], Sequence[Mapping[str, Any]]],
                            lengths: Sequence[int] = PROBE_LENGTHS, repeats: int = REPEATS,
                            streams_per_engine: int = STREAMS_PER_ENGINE, salt_base: int = 0) -> LengthStretch:
@@ -110,7 +102,7 @@ def measure_length_stretch(dep: Any, route: str, router_log: Callable[[], Sequen
                     time.sleep(PAUSE_S)
         finally:
             background.stop()
-    parts = engine_part(router_log(), route)
+    parts = first_parts(router_log(), route)  # the part inside the engine that prefilled it
     missing = [sid for by in sent.values() for probes in by.values() for _, _, sid in probes if sid not in parts]
     if missing:
         raise RuntimeError(f"the router's log has no {route} engine part for {len(missing)} length probe(s): "

@@ -6,10 +6,10 @@ The simulator stretches a prefill by the factor the load probe measured before t
 (`bench.host_load`: one 1,024-token prompt, beside background streams). What a run's own
 prompts took is in its records: a prompt that found its engine free of other prompts, start to
 first token, spent its engine part (`bench.ttft_split`) in its prefill and the decode steps beside
-it, not in a queue. Its ratio to the calibrated step is the stretch it met. On runs 74-78 (stop
-42), a short prompt alone at disaggregated's prefill engine ran 1.5-1.9x its calibrated step live
-while the probes said 1.57-1.93, with no relation between the two run by run: run 78's probes said
-1.90 and 1.93, its prompts 1.67-1.74 at 5.18-6.29 req/s, and the simulator, at 1.9-1.95, queued
+it, not in a queue. Its ratio to the calibrated step is the stretch it met. On runs 74-79 (stop
+42), a short prompt alone at disaggregated's prefill engine ran x1.70 its calibrated step at the
+median live (x1.38-2.26 by round and rate) while the probes said x1.47-1.93: run 78's probes said
+1.90 and 1.93, its prompts x1.61-1.78 at 5.18-6.29 req/s, and the simulator, at x1.94, queued
 its short prompts at the prefill engine 179 ms at the median against 105-109 ms live.
 
 A prompt is alone when no other prompt's window on the same engine (the prefill engine, or the

@@ -40,6 +40,13 @@ def colocated_parts(log: Log) -> dict[str, float]:
             if entry.get("route") == ROUTE_COLOCATED and entry.get("engines_s") is not None}
 
 
+def first_parts(log: Log, route: str) -> dict[str, float]:
+    """Server request id -> the first part of its TTFT (`first_part`), for the entries on `route`
+    that have it."""
+    parts = {entry["request_id"]: first_part(entry, route) for entry in log if entry.get("route") == route}
+    return {rid: float(part) for rid, part in parts.items() if part is not None}
+
+
 def first_part(entry: Mapping[str, Any], route: str) -> float | None:
     """The first part of an entry's TTFT on `route` (`bench.ttft_split`): the engine's on route
     colocated, the prefill engine's on route disaggregated; None where vLLM kept no request stats."""

@@ -626,7 +626,7 @@ GAP_CLASSES = CLASSES[:4]
 
 
 def _live_beside_sim(rows: Sequence[Mapping[str, Any]], field: str, keys: Sequence[Any], stat: str,
-                     key_of: Any = lambda k: k, fmt: Callable[[float], str] = lambda v: _ms(v)) -> list[list[str]]:
+                     key_of: Any = lambda k: k, fmt: Callable[[float], str] = _ms) -> list[list[str]]:
     """Table rows: system, rate, then per key "live / sim ms (live count)" of `row[field]`'s
     live and sim summaries (`stat` of each, written by `fmt`), for the rows whose live records
     were found. `key_of` reads a summary's keys (JSON turns numbers into strings). A row with

@@ -22,7 +22,7 @@ import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from bench.metrics import RequestRecord
-from bench.router_log import first_part
+from bench.router_log import first_parts
 from schedulers.types import ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
 # Per route, the names of a TTFT's two parts.
@@ -35,9 +35,8 @@ def live_engine_ttft(records: Sequence[RequestRecord], prediction_log: Iterable[
     route disaggregated), for the records on `route` whose router log entry has it."""
     if route not in PARTS:
         raise ValueError(f"route must be one of {sorted(PARTS)}, got {route!r}")
-    part = {e["request_id"]: first_part(e, route) for e in prediction_log if e.get("route") == route}
-    return {r.request_id: float(part[r.served_id]) for r in records
-            if r.ok and r.route == route and part.get(r.served_id) is not None}
+    part = first_parts(prediction_log, route)
+    return {r.request_id: part[r.served_id] for r in records if r.ok and r.route == route and r.served_id in part}
 
 
 def sim_engine_ttft(records: Sequence[RequestRecord], prompt_reached_s: Mapping[str, float],

@@ -5,6 +5,7 @@ import pytest
 
 from bench import length_stretch as ls
 from bench.pooled_measurements import RAW_KEYS
+from bench.router_log import first_parts
 
 
 def test_each_lengths_factor_is_its_median_beside_the_streams_over_its_median_alone():
@@ -23,8 +24,8 @@ def test_the_engine_part_is_the_prefill_engines_on_either_route():
     log = [{"request_id": "a", "route": "colocated", "engines_s": 0.05, "engine_s": {"decode": 0.05}},
            {"request_id": "b", "route": "disaggregated", "engines_s": 0.4, "engine_s": {"prefill": 0.3, "decode": 0.1}},
            {"request_id": "c", "route": "colocated", "engines_s": None, "engine_s": {"decode": None}}]
-    assert ls.engine_part(log, "colocated") == {"a": 0.05}
-    assert ls.engine_part(log, "disaggregated") == {"b": 0.3}
+    assert first_parts(log, "colocated") == {"a": 0.05}
+    assert first_parts(log, "disaggregated") == {"b": 0.3}
 
 
 def test_the_record_keeps_every_probe_and_the_pool_keeps_it_raw():
