@@ -1,6 +1,6 @@
 """How much longer a prefill takes beside streams, by the prompt's length: measured on an idle live
-deployment before a run, and recorded for the simulator's host model to be chosen on. No form
-reads it yet.
+deployment before a run, and recorded for the simulator's host model: the length forms read it
+(`bench.simulator.host`, `--host length` and `length-alone`).
 
 The load probe (`bench.host_load`) measures the stretch on one 1,024-token prompt, and the
 simulator stretches every prefill by that factor. The prompts of the runs themselves say the

@@ -141,6 +141,14 @@ HOST_FORMS["prefill-neighbour"] = (*HOST_FORMS["path-cores"], "stretch_beside_pr
 HOST_FORMS["mix-growth"] = (*HOST_FORMS["prefill-neighbour"], "step_excess_mix")
 # mix-growth with the colocated route's request path as measured beside streams (bench.host_load)
 HOST_FORMS["path-beside"] = (*HOST_FORMS["mix-growth"], "path_beside_streams")
+# path-beside with a prefill's stretch scaled by its prompt's length (bench.length_stretch)
+HOST_FORMS["length"] = (*HOST_FORMS["path-beside"], "length_probe", "length_probe_beside", "load_probe")
+STRETCH_RULE_FORMS["length"] = STRETCH_DECODE_NEIGHBOUR
+# length with every prefill at the length probe's alone time over its calibrated steps besides
+HOST_FORMS["length-alone"] = HOST_FORMS["length"]
+STRETCH_RULE_FORMS["length-alone"] = STRETCH_DECODE_NEIGHBOUR
+LENGTH_FORMS = ("length", "length-alone")
+ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 PATH_SLOPE_FORMS = ("load-path",)
 
@@ -182,6 +190,8 @@ MEASURED_SINCE = (
     Measured(("step_excess_mix",), lambda roles: decode_engines(roles) == 1, "the decode steps' excess in loops "
              "of the workload's mix (`bench.decode_growth`, measured since stop 38)", "prefill-neighbour"),
     # measured where the load probe goes colocated (load_probe_route), the only route it times a path on
+    Measured(("length_probe",), _always, "the prefill's stretch by prompt length (`bench.length_stretch`, "
+             "measured since run 80)", "path-beside"),
     Measured(("path_beside_streams",), lambda roles: load_probe_route(set(roles)) == ROUTE_COLOCATED,
              "the colocated route's request path "
              "beside streams (`bench.host_load`'s probes less their engine's part, measured since stop 39)",
@@ -405,7 +415,7 @@ def measure_deployment(dep: Any) -> dict[str, Any]:
 
 
 def _length_probes(dep: Any, roles: set[str], router_log: Callable[[], Any]) -> dict[str, Any]:
-    """The stretch by prompt length (`bench.length_stretch`, recorded, read by no form yet): on
+    """The stretch by prompt length (`bench.length_stretch`, read by the length forms): on
     an engine that streams where there is one, and on the prefill-only engine where there is one."""
     routes = {"length_probe": ROUTE_COLOCATED if ROLE_BOTH in roles else ROUTE_DISAGGREGATED}
     if ROLE_PREFILL in roles and ROLE_BOTH in roles:
@@ -488,6 +498,52 @@ def path_cores(cpu_s_per_request: float | None, request_path: Mapping[str, Any],
     return cpu_s_per_request / path_s
 
 
+def length_host(length_probe: Mapping[str, Any] | None, length_probe_beside: Mapping[str, Any] | None,
+                load_probe: Mapping[str, Any] | None, label: str) -> dict[str, Any]:
+    """The length forms' host keys from the recorded probes: the length probe's points (on the
+    prefill-only engine too, where probed there), and the load probe's prompt length, the one
+    its factors were measured at."""
+    if not load_probe or not load_probe.get("probe_prompt_tokens"):
+        raise ValueError(f"{label}: host form 'length' needs the load probe's prompt length "
+                         f"(`bench.host_load`'s load_probe); this record has none")
+    assert length_probe is not None  # _check_measured refused the record without it
+    out = {"length_stretch": [list(p) for p in length_probe["points"]],
+           "length_reference_tokens": int(load_probe["probe_prompt_tokens"])}
+    if length_probe_beside:
+        out["length_stretch_beside"] = [list(p) for p in length_probe_beside["points"]]
+    return out
+
+
+def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str, Any] | None,
+               step_model: StepTimeModel, role_engine: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The length-alone form's host keys: each probed length's median part alone in the engine
+    over the calibrated steps of its prompt, chunked as the probed engine chunks it (the
+    colocated route's probes prefilled on an engine that serves both phases, the disaggregated
+    route's on the prefill-only engine)."""
+    out = {}
+    for key, probe in (("length_alone", length_probe), ("length_alone_beside", length_probe_beside)):
+        if not probe:
+            continue
+        engine = role_engine[ROLE_BOTH if probe["route"] == ROUTE_COLOCATED else ROLE_PREFILL]
+        points = []
+        for length, by_streams in sorted(probe["engine_s"].items(), key=lambda kv: int(kv[0])):
+            n = int(length)
+            calibrated_s = sum(step_model.chunked_prefill_steps_s(n, 0, chunk_tokens(engine, n)))
+            points.append([n, statistics.median(by_streams["0"]) / calibrated_s])
+        out[key] = points
+    return out
+
+
+def chunk_tokens(engine: Mapping[str, Any], prompt_tokens: int) -> int:
+    """The largest chunk an engine (`sim_config_for`'s role_engine entry) prefills of a lone
+    prompt of `prompt_tokens` in one step, as the simulated worker schedules it."""
+    if not engine["enable_chunked_prefill"]:
+        return prompt_tokens
+    chunk = engine["max_num_batched_tokens"]
+    threshold = engine.get("long_prefill_token_threshold") or 0
+    return min(chunk, threshold) if threshold > 0 else chunk
+
+
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                    host_form: str = DEFAULT_HOST_FORM) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
@@ -521,6 +577,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         _check_measured(label, host_form, host_spec, cfg.role_counts())
     if "cpu_s_per_request" in HOST_FORMS[host_form] and host_spec:  # the path-cores forms
         host_spec["path_cores"] = path_cores(host_spec.pop("cpu_s_per_request", None), path, cfg.role_counts(), label)
+    if host_form in LENGTH_FORMS and host_spec:
+        probes = host_spec.pop("length_probe", None), host_spec.pop("length_probe_beside", None)
+        host_spec.update(length_host(*probes, host_spec.pop("load_probe", None), label))
+        if host_form in ALONE_FORMS:
+            host_spec.update(alone_host(*probes, step_model_from_calibration(cal), role_engine))
     if host_form in STRETCH_RULE_FORMS and host_spec:
         host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
@@ -882,6 +943,10 @@ def _calibration_line(cal: Mapping[str, Any]) -> str:
     if host.get("path_beside_streams"):
         line += "; request path beside streams " + ", ".join(f"{_ms(s)} ms with {n}"
                                                              for n, s in host["path_beside_streams"])
+    for key, where in (("length_probe", ""), ("length_probe_beside", " on the prefill-only engine")):
+        if host.get(key):
+            line += (f"; prefill{where} beside {host[key]['streams']} stream(s) by prompt length "
+                     + ", ".join(f"x{f:.2f} at {n}" for n, f in host[key]["points"]))
     return line
 
 
@@ -980,7 +1045,10 @@ def main(argv: list[str] | None = None) -> int:
                          "engine's further streams priced by the growth bench.decode_growth measured in "
                          "loops of the workload's mix (mix-growth); as mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
-                         "streams (path-beside, the default); as path-cores with a lone stream's step priced "
+                         "streams (path-beside, the default); as path-beside with a prefill's stretch scaled by "
+                         "its prompt's length as bench.length_stretch measured (length); as length with every "
+                         "prefill at the length probe's time alone over its calibrated steps (length-alone); "
+                         "as path-cores with a lone stream's step priced "
                          "by whether another engine stepped within vLLM's spin window (spin); as "
                          "path-cores with a step on an "
                          "engine a request is being handed over to taking the probe's excess there "

@@ -163,10 +163,19 @@ class HostConfig(_Strict):
     step_excess_mix: list[tuple[int, float]] = Field(default_factory=list)
     # (streams, seconds) of the colocated route's request path, from none up (host.py)
     path_beside_streams: list[tuple[int, float]] = Field(default_factory=list)
+    # (prompt tokens, factor) of a prefill beside streams by its prompt's length, on an engine
+    # that streams / on a prefill-only engine, and the load probe's prompt length (host.py)
+    length_stretch: list[tuple[int, float]] = Field(default_factory=list)
+    length_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
+    length_reference_tokens: int = Field(0, ge=0)
+    # (prompt tokens, the engine's time alone over its calibrated steps) from the same probe
+    length_alone: list[tuple[int, float]] = Field(default_factory=list)
+    length_alone_beside: list[tuple[int, float]] = Field(default_factory=list)
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
-                "decode_beside_handover", "step_excess_mix", "path_beside_streams")
+                "decode_beside_handover", "step_excess_mix", "path_beside_streams", "length_stretch",
+                "length_stretch_beside", "length_alone", "length_alone_beside")
         values = self.model_dump(exclude={"neighbour", *keys})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

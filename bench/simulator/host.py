@@ -185,12 +185,26 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   16-23 ms live, and hybrid's 15.6 ms (14.0 x1.11) where they took 18-20.
   Built on run 73: 17 of 24 pooled and 30 of 48 held out against mix-growth's 16 and 28; run
   74, fresh: 19 and 37 against 18 and 36 (the live rounds 38). The default since stop 39.
+- length (`length_stretch` and `length_reference_tokens` set besides; `--host length`): as
+  path-beside, and a stretched prefill's excess over its engine time is scaled by its prompt's
+  length: by the length probe's excess at that length over its excess at the load probe's
+  1,024 tokens (`bench.length_stretch`, measured since run 80 on an engine that streams and on
+  hybrid's prefill-only engine; `length_factor`). The load probe prices every prompt as its one
+  1,024-token prompt; over runs 74-79 the lone prompts at colocated's engines met x1.79 when
+  short and x1.25 when medium (`bench.prefill_alone`), and the simulator gave them x1.90 and
+  x1.39. A prompt's stretch is not one share of its time: a short one loses as much of its core
+  at each step's start and end as a long one, over a shorter time.
+- length-alone (`length_alone` set besides; `--host length-alone`): as length, and every
+  prefill step takes the length probe's time alone at its prompt's length over the calibrated
+  steps of that prompt (`alone_factor`): the calibration's own error by length, measured on the
+  engine before the run.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Sequence
 
 from schedulers.step_time import COEFFICIENTS
 
@@ -239,7 +253,15 @@ class HostSpec:
     stream beyond the first adds the slope of the least-squares line through them (never below
     0). `path_beside_streams`: (streams, seconds) of the colocated route's request path, the
     first at none (`bench.host_load`'s probes less their engine's part); when set, that path is
-    read from them (`colocated_path_s`), not stretched by `load_factor`."""
+    read from them (`colocated_path_s`), not stretched by `load_factor`. `length_stretch`:
+    (prompt tokens, factor) of a prefill beside streams by its prompt's length
+    (`bench.length_stretch`), and `length_stretch_beside` the same on a prefill-only engine
+    (without it, `length_stretch` stands for both); with them, a stretched prefill's excess is
+    scaled by its prompt's length (`length_factor`) against `length_reference_tokens`, the
+    length of the prompt the load factors were measured on. `length_alone` (and
+    `length_alone_beside`): (prompt tokens, the engine's time for that prompt alone over its
+    calibrated steps), from the same probe; with them, every prefill step takes that many times
+    its calibrated time as well (`alone_factor`)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -260,6 +282,11 @@ class HostSpec:
     stretch_beside_prefill: float = 1.0
     step_excess_mix: tuple[tuple[int, float], ...] = ()
     path_beside_streams: tuple[tuple[int, float], ...] = ()
+    length_stretch: tuple[tuple[int, float], ...] = ()
+    length_stretch_beside: tuple[tuple[int, float], ...] = ()
+    length_reference_tokens: int = 0
+    length_alone: tuple[tuple[int, float], ...] = ()
+    length_alone_beside: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -286,11 +313,22 @@ class HostSpec:
                                          or any(v < 0 for _, v in self.path_beside_streams)):
             raise ValueError(f"host.path_beside_streams needs the point at no streams first and paths >= 0, "
                              f"got {self.path_beside_streams}")
-        for name in ("load_stretch", "load_stretch_beside"):
+        for name in ("load_stretch", "load_stretch_beside", "length_stretch", "length_stretch_beside",
+                     "length_alone", "length_alone_beside"):
             points = getattr(self, name)
             _check_counts(name, points, above=0)
             if any(f <= 0 for _, f in points):
                 raise ValueError(f"host.{name} factors must be positive, got {points}")
+        for name in ("length_stretch", "length_stretch_beside"):
+            points = getattr(self, name)
+            if not points:
+                continue
+            if self.length_reference_tokens <= 0:
+                raise ValueError(f"host.{name} needs length_reference_tokens, the load probe's prompt length")
+            if _length_excess(points, self.length_reference_tokens) <= 0:
+                # the two probes disagree (the load probe stretched, this one not): no shape to scale by
+                raise ValueError(f"host.{name} gives no stretch at the reference length "
+                                 f"({self.length_reference_tokens} tokens): {points}")
 
     @property
     def is_modelled(self) -> bool:
@@ -306,6 +344,37 @@ class HostSpec:
         if not self.is_modelled or not stretch or num_streams <= 0:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
+
+    def length_factor(self, factor: float, prompts: Sequence[tuple[int, int]], beside: bool = False) -> float:
+        """A prefill step's `factor` (measured on the load probe's prompt of
+        `length_reference_tokens`) for the prompts it computes, `prompts`: (tokens this step
+        computes, the prompt's length) each. Its excess over 1 is scaled by the length probe's
+        excess at each prompt's length over its excess at the reference, weighted by the tokens
+        (`beside`: on a prefill-only engine, by `length_stretch_beside` when measured). The
+        probe's points are joined linearly, held flat beyond its shortest and longest, a point
+        below 1 read as no excess. Measured on colocated's engines (run 80): x1.78 at 256 tokens,
+        x1.56 at 1,536 and x1.40 at 3,584, where one factor gave the load probe's x1.64 to all."""
+        points = self.length_stretch_beside if beside and self.length_stretch_beside else self.length_stretch
+        if not self.is_modelled or not points or factor <= 1.0 or not prompts:
+            return factor
+        total = sum(n for n, _ in prompts)
+        scale = sum(n * _length_excess(points, length) for n, length in prompts) / total
+        return 1.0 + (factor - 1.0) * scale / _length_excess(points, self.length_reference_tokens)
+
+    def alone_factor(self, prompts: Sequence[tuple[int, int]], beside: bool = False) -> float:
+        """How many times its calibrated time a prefill step computing `prompts` ((tokens this
+        step computes, the prompt's length) each) takes on the idle engine: the length probe's
+        alone parts over their calibrated steps at each prompt's length, joined linearly, flat
+        beyond its shortest and longest, weighted by the tokens (`beside`: on a prefill-only
+        engine, `length_alone_beside` when measured). 1 without them. The calibration fits one
+        line to every engine's probes: on run 80's colocated and adaptive engines it priced a
+        3,584-token prompt in 2,048-token chunks 10-14% slow (x0.88-0.91 alone) and a 1,536-token
+        one 0-18% slow, a 256-token one within 4%."""
+        points = self.length_alone_beside if beside and self.length_alone_beside else self.length_alone
+        if not self.is_modelled or not points or not prompts:
+            return 1.0
+        total = sum(n for n, _ in prompts)
+        return sum(n * _held(points, length) for n, length in prompts) / total
 
     def stretched_path_s(self, path_s: float, num_streams: int) -> float:
         """A request path measured on the idle deployment (`path_s`), with `num_streams`
@@ -407,6 +476,21 @@ def _slope(points: tuple[tuple[int, float], ...]) -> float:
     mean_n, mean_v = sum(counts) / len(counts), sum(values) / len(values)
     spread = sum((n - mean_n) ** 2 for n in counts)
     return max(0.0, sum((n - mean_n) * (v - mean_v) for n, v in points) / spread)
+
+
+def _length_excess(points: tuple[tuple[int, float], ...], length: int) -> float:
+    """The length probe's excess over 1 at a prompt of `length` tokens (`_held`), never below 0."""
+    return max(0.0, _held(points, length) - 1.0)
+
+
+def _held(points: tuple[tuple[int, float], ...], length: int) -> float:
+    """The value at `length` of the (length, value) `points` joined linearly, flat beyond the
+    first and the last (a probe's shortest and longest prompts say nothing of what lies past them)."""
+    if length <= points[0][0]:
+        return points[0][1]
+    if length >= points[-1][0]:
+        return points[-1][1]
+    return _joined(points, length)
 
 
 def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:

@@ -196,7 +196,7 @@ class Simulator:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
                 # a prefill loses a share of its core to the streams' work elsewhere (decode
                 # steps: their excess is the delay below)
-                factor = self._prefill_factor(worker_id, self._num_streams(plan)) if plan.chunks else 1.0
+                factor = self._prefill_factor(worker_id, self._num_streams(plan), plan) if plan.chunks else 1.0
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens, plan.duration_s * factor,
                                             self._neighbour_spinning(worker_id, now_s))
                 if plan.decodes and self._incoming.get(worker_id):
@@ -230,7 +230,7 @@ class Simulator:
         for worker_id, step in self._stretched.items():
             old_end_s = step.end_s
             current = self.workers[worker_id].current
-            factor = self._prefill_factor(worker_id, num_streams) if current.chunks else 1.0
+            factor = self._prefill_factor(worker_id, num_streams, current) if current.chunks else 1.0
             if step.restretch(now_s, factor * path_factor):
                 self.workers[worker_id].busy_s += step.end_s - old_end_s
                 self._push_step_done(worker_id, step.end_s)
@@ -245,12 +245,20 @@ class Simulator:
         return any(w.current is not None and w.current.chunks for wid, w in self.workers.items()
                    if wid != worker_id and self._is_prefill_only(wid))
 
-    def _prefill_factor(self, worker_id: str, num_streams: int) -> float:
-        """How many times its engine time a prefill step on `worker_id` takes now, with
-        `num_streams` streaming on the host, by the host's `stretch_rule` (host.py). Re-read as
-        the engines' steps change (`_restretch`)."""
+    def _prefill_factor(self, worker_id: str, num_streams: int, plan: StepPlan) -> float:
+        """How many times its engine time the prefill step `plan` on `worker_id` takes now, with
+        `num_streams` streaming on the host, by the host's `stretch_rule` and, where measured,
+        its prompts' lengths (host.py). Re-read as the engines' steps change (`_restretch`)."""
         host = self.cluster.host
         prefill_only = self._is_prefill_only(worker_id)
+        prompts = [(n, r.num_prompt_tokens) for r, n in plan.num_new_tokens.items() if n > 1]  # as plan.chunks
+        return (host.length_factor(self._load_factor(worker_id, num_streams, prefill_only), prompts,
+                                   beside=prefill_only)
+                * host.alone_factor(prompts, beside=prefill_only))
+
+    def _load_factor(self, worker_id: str, num_streams: int, prefill_only: bool) -> float:
+        """The prefill's factor on `worker_id` as the load probe's prompt would meet it."""
+        host = self.cluster.host
         if host.stretch_rule == STRETCH_STREAMS:
             return host.load_factor(num_streams, beside=prefill_only)
         if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:

@@ -499,3 +499,65 @@ def test_the_mix_growth_form_is_prefill_neighbour_with_the_single_decode_engines
     assert "decode step in loops of the mix +2.00 ms with 1, +3.00 ms with 2, +6.00 ms with 4" in sf._calibration_line(
         record)
     assert decode_engines({"prefill": 1, "both": 1}) == 1 and decode_engines({"both": 2}) == 2
+
+
+# what path-beside reads, as measured since stop 39, and the load probe's prompt length
+PATH_BESIDE_HOST = {
+    "num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+    "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+    "decode_beside_prefill": [[1, 0.004]], "decode_beside_handover": [[1, 0.005]], "cpu_s_per_request": 0.01,
+    "cpu_s_per_token": 0.002, "stretch_beside_prefill": 1.25, "step_excess_quiet_s": 0.0004,
+    "step_excess_spin_s": 0.0006, "step_excess_mix": [[1, 0.002], [4, 0.005]],
+    "path_beside_streams": [[0, 0.01], [2, 0.016]], "load_probe": {"probe_prompt_tokens": 1024}}
+
+
+def test_the_length_form_is_path_beside_with_the_stretch_by_prompt_length(cal, model_dir):
+    host = PATH_BESIDE_HOST
+    probes = {"length_probe": {"streams": 2, "points": [[256, 1.8], [1536, 1.5], [3584, 1.4]]},
+              "length_probe_beside": {"streams": 1, "points": [[256, 1.2], [1536, 1.3], [3584, 1.6]]}}
+    record = {**cal, "host": {**host, **probes}, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    by_length = ((256, 1.8), (1536, 1.5), (3584, 1.4))
+    assert host_of("hybrid adaptive", "hybrid.yaml", "length") == replace(
+        host_of("hybrid adaptive", "hybrid.yaml", "path-beside"), length_stretch=by_length,
+        length_stretch_beside=((256, 1.2), (1536, 1.3), (3584, 1.6)), length_reference_tokens=1024)
+    streaming_only = {**record, "host": {**host, "length_probe": probes["length_probe"]}}  # no prefill-only engine
+    assert host_of("colocated", "colocated.yaml", "length", streaming_only) == replace(
+        host_of("colocated", "colocated.yaml", "path-beside"), length_stretch=by_length, length_reference_tokens=1024)
+    assert host_of("colocated", "colocated.yaml", "path-beside").length_stretch == ()
+    with pytest.raises(ValueError, match="--host path-beside"):  # a record from before it was measured
+        host_of("colocated", "colocated.yaml", "length", {**record, "host": host})
+    no_load_probe = {k: v for k, v in record["host"].items() if k != "load_probe"}
+    with pytest.raises(ValueError, match="load probe's prompt length"):
+        host_of("colocated", "colocated.yaml", "length", {**record, "host": no_load_probe})
+    assert ("prefill beside 2 stream(s) by prompt length x1.80 at 256, x1.50 at 1536, x1.40 at 3584; prefill on "
+            "the prefill-only engine beside 1 stream(s) by prompt length x1.20 at 256") in sf._calibration_line(record)
+
+
+def test_the_length_alone_form_takes_the_probes_alone_parts_over_the_calibrated_steps(cal, model_dir):
+    host = PATH_BESIDE_HOST
+    model = sf.step_model_from_calibration(cal)
+    # alone: 1.1x the calibrated steps at 256 tokens, 0.9x at 3,584 in 2,048-token chunks (colocated.yaml)
+    colocated_s = {256: 1.1 * model.predict(256), 3584: 0.9 * sum(model.chunked_prefill_steps_s(3584, 0, 2048))}
+    probe = {"streams": 2, "route": "colocated", "points": [[256, 1.8], [3584, 1.4]],
+             "engine_s": {str(n): {"0": [t, 2 * t, t / 2], "2": [3 * t]} for n, t in colocated_s.items()}}
+    record = {**cal, "host": {**host, "length_probe": probe},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    alone = host_of("colocated", "colocated.yaml", "length-alone")
+    assert alone == replace(host_of("colocated", "colocated.yaml", "length"), length_alone=alone.length_alone)
+    assert [n for n, _ in alone.length_alone] == [256, 3584]
+    assert [f for _, f in alone.length_alone] == pytest.approx([1.1, 0.9])
+    # On the disaggregated route the probe prefilled on the prefill-only engine: one step of 3,584.
+    disagg = {**probe, "route": "disaggregated",
+              "engine_s": {"256": {"0": [model.predict(256)]}, "3584": {"0": [model.predict(3584)]}}}
+    one_step = host_of("disaggregated", "disaggregated.yaml", "length-alone",
+                       {**record, "host": {**host, "length_probe": disagg}})
+    assert [f for _, f in one_step.length_alone] == pytest.approx([1.0, 1.0])
+    assert sf.chunk_tokens({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}, 3584) == 3584
+    assert sf.chunk_tokens({"enable_chunked_prefill": True, "max_num_batched_tokens": 2048,
+                            "long_prefill_token_threshold": 512}, 3584) == 512
