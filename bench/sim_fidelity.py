@@ -189,9 +189,9 @@ MEASURED_SINCE = (
              "another engine's prefills (`bench.prefill_beside`, measured since stop 37)", "decode-neighbour"),
     Measured(("step_excess_mix",), lambda roles: decode_engines(roles) == 1, "the decode steps' excess in loops "
              "of the workload's mix (`bench.decode_growth`, measured since stop 38)", "prefill-neighbour"),
-    # measured where the load probe goes colocated (load_probe_route), the only route it times a path on
     Measured(("length_probe",), _always, "the prefill's stretch by prompt length (`bench.length_stretch`, "
              "measured since run 80)", "path-beside"),
+    # measured where the load probe goes colocated (load_probe_route), the only route it times a path on
     Measured(("path_beside_streams",), lambda roles: load_probe_route(set(roles)) == ROUTE_COLOCATED,
              "the colocated route's request path "
              "beside streams (`bench.host_load`'s probes less their engine's part, measured since stop 39)",
@@ -504,7 +504,7 @@ def length_host(length_probe: Mapping[str, Any] | None, length_probe_beside: Map
     prefill-only engine too, where probed there), and the load probe's prompt length, the one
     its factors were measured at."""
     if not load_probe or not load_probe.get("probe_prompt_tokens"):
-        raise ValueError(f"{label}: host form 'length' needs the load probe's prompt length "
+        raise ValueError(f"{label}: the length forms need the load probe's prompt length "
                          f"(`bench.host_load`'s load_probe); this record has none")
     assert length_probe is not None  # _check_measured refused the record without it
     out = {"length_stretch": [list(p) for p in length_probe["points"]],

@@ -367,9 +367,9 @@ class HostSpec:
         alone parts over their calibrated steps at each prompt's length, joined linearly, flat
         beyond its shortest and longest, weighted by the tokens (`beside`: on a prefill-only
         engine, `length_alone_beside` when measured). 1 without them. The calibration fits one
-        line to every engine's probes: on run 80's colocated and adaptive engines it priced a
-        3,584-token prompt in 2,048-token chunks 10-14% slow (x0.88-0.91 alone) and a 1,536-token
-        one 0-18% slow, a 256-token one within 4%."""
+        line to every engine's probes: alone on run 80's colocated and adaptive engines, a
+        3,584-token prompt in 2,048-token chunks took x0.88-0.91 of its calibrated steps, a
+        1,536-token one x0.85-1.00 and a 256-token one x1.01-1.07."""
         points = self.length_alone_beside if beside and self.length_alone_beside else self.length_alone
         if not self.is_modelled or not points or not prompts:
             return 1.0
