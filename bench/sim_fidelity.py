@@ -84,6 +84,7 @@ from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
 from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
 from bench.simulator.simulator import SimResult, simulate
+from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
@@ -517,31 +518,22 @@ def length_host(length_probe: Mapping[str, Any] | None, length_probe_beside: Map
 def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str, Any] | None,
                step_model: StepTimeModel, role_engine: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """The length-alone form's host keys: each probed length's median part alone in the engine
-    over the calibrated steps of its prompt, chunked as the probed engine chunks it (the
-    colocated route's probes prefilled on an engine that serves both phases, the disaggregated
-    route's on the prefill-only engine)."""
+    over the calibrated steps of its prompt, chunked as the simulated engine would chunk it alone
+    (the colocated route's probes prefilled on an engine that serves both phases, the
+    disaggregated route's on the prefill-only engine)."""
     out = {}
     for key, probe in (("length_alone", length_probe), ("length_alone_beside", length_probe_beside)):
         if not probe:
             continue
-        engine = role_engine[ROLE_BOTH if probe["route"] == ROUTE_COLOCATED else ROLE_PREFILL]
+        engine = EngineSpec(**role_engine[ROLE_BOTH if probe["route"] == ROUTE_COLOCATED else ROLE_PREFILL])
         points = []
         for length, by_streams in sorted(probe["engine_s"].items(), key=lambda kv: int(kv[0])):
             n = int(length)
-            calibrated_s = sum(step_model.chunked_prefill_steps_s(n, 0, chunk_tokens(engine, n)))
+            chunk = min(engine.prefill_cap(n), engine.max_num_batched_tokens)  # a lone prompt's step
+            calibrated_s = sum(step_model.chunked_prefill_steps_s(n, 0, chunk))
             points.append([n, statistics.median(by_streams["0"]) / calibrated_s])
         out[key] = points
     return out
-
-
-def chunk_tokens(engine: Mapping[str, Any], prompt_tokens: int) -> int:
-    """The largest chunk an engine (`sim_config_for`'s role_engine entry) prefills of a lone
-    prompt of `prompt_tokens` in one step, as the simulated worker schedules it."""
-    if not engine["enable_chunked_prefill"]:
-        return prompt_tokens
-    chunk = engine["max_num_batched_tokens"]
-    threshold = engine.get("long_prefill_token_threshold") or 0
-    return min(chunk, threshold) if threshold > 0 else chunk
 
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,

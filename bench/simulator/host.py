@@ -204,7 +204,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Callable, Sequence
 
 from schedulers.step_time import COEFFICIENTS
 
@@ -357,8 +357,7 @@ class HostSpec:
         points = self.length_stretch_beside if beside and self.length_stretch_beside else self.length_stretch
         if not self.is_modelled or not points or factor <= 1.0 or not prompts:
             return factor
-        total = sum(n for n, _ in prompts)
-        scale = sum(n * _length_excess(points, length) for n, length in prompts) / total
+        scale = _token_weighted(prompts, lambda length: _length_excess(points, length))
         return 1.0 + (factor - 1.0) * scale / _length_excess(points, self.length_reference_tokens)
 
     def alone_factor(self, prompts: Sequence[tuple[int, int]], beside: bool = False) -> float:
@@ -373,8 +372,7 @@ class HostSpec:
         points = self.length_alone_beside if beside and self.length_alone_beside else self.length_alone
         if not self.is_modelled or not points or not prompts:
             return 1.0
-        total = sum(n for n, _ in prompts)
-        return sum(n * _held(points, length) for n, length in prompts) / total
+        return _token_weighted(prompts, lambda length: _held(points, length))
 
     def stretched_path_s(self, path_s: float, num_streams: int) -> float:
         """A request path measured on the idle deployment (`path_s`), with `num_streams`
@@ -476,6 +474,12 @@ def _slope(points: tuple[tuple[int, float], ...]) -> float:
     mean_n, mean_v = sum(counts) / len(counts), sum(values) / len(values)
     spread = sum((n - mean_n) ** 2 for n in counts)
     return max(0.0, sum((n - mean_n) * (v - mean_v) for n, v in points) / spread)
+
+
+def _token_weighted(prompts: Sequence[tuple[int, int]], value: Callable[[int], float]) -> float:
+    """The mean of `value` at each prompt's length over a step's (tokens, prompt length)
+    `prompts`, weighted by the tokens the step computes of each."""
+    return sum(n * value(length) for n, length in prompts) / sum(n for n, _ in prompts)
 
 
 def _length_excess(points: tuple[tuple[int, float], ...], length: int) -> float:

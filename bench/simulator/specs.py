@@ -51,6 +51,14 @@ class EngineSpec:
                              f"max_model_len {self.max_model_len} ({self.max_blocks_per_request} blocks) "
                              f"above the watermark ({self.watermark_blocks} blocks)")
 
+    def prefill_cap(self, remaining: int) -> int:
+        """The most of a prompt's `remaining` tokens one step gives it before the step's budget:
+        all of them unchunked (they wait until they fit), else up to `long_prefill_token_threshold`."""
+        threshold = self.long_prefill_token_threshold
+        if not self.enable_chunked_prefill or not threshold:
+            return remaining
+        return min(remaining, threshold)
+
     @property
     def watermark_blocks(self) -> int:
         return int(self.watermark * self.num_kv_blocks)

@@ -163,12 +163,9 @@ class SimWorker:
 
     def _num_new_tokens(self, request: EngineRequest, budget: int) -> int:
         """Tokens this step gives the request; 0 when an unchunked prompt does not fit whole."""
-        remaining = request.num_remaining_tokens
+        remaining = self.engine.prefill_cap(request.num_remaining_tokens)
         if not self.engine.enable_chunked_prefill:
             return remaining if remaining <= budget else 0
-        threshold = self.engine.long_prefill_token_threshold
-        if threshold:
-            remaining = min(remaining, threshold)
         return min(remaining, budget)
 
     def _blocks_to_grow(self, request: EngineRequest, num_new: int) -> int:

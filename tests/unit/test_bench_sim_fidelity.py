@@ -15,6 +15,7 @@ from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, rates_workload
 from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
 from bench.simulator.host import HostSpec
+from bench.simulator.specs import EngineSpec
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
 from schedulers.candidates import decode_engines
 from schedulers.model_spec import ModelSpec
@@ -558,6 +559,7 @@ def test_the_length_alone_form_takes_the_probes_alone_parts_over_the_calibrated_
     one_step = host_of("disaggregated", "disaggregated.yaml", "length-alone",
                        {**record, "host": {**host, "length_probe": disagg}})
     assert [f for _, f in one_step.length_alone] == pytest.approx([1.0, 1.0])
-    assert sf.chunk_tokens({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048}, 3584) == 3584
-    assert sf.chunk_tokens({"enable_chunked_prefill": True, "max_num_batched_tokens": 2048,
-                            "long_prefill_token_threshold": 512}, 3584) == 512
+    unchunked = EngineSpec(enable_chunked_prefill=False, max_num_batched_tokens=8192, max_model_len=8192)
+    assert unchunked.prefill_cap(3584) == 3584
+    assert EngineSpec(max_num_batched_tokens=2048, long_prefill_token_threshold=512).prefill_cap(3584) == 512
+    assert EngineSpec(max_num_batched_tokens=2048).prefill_cap(3584) == 3584  # the budget caps it then
