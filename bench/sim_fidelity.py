@@ -148,6 +148,12 @@ STRETCH_RULE_FORMS["length"] = STRETCH_DECODE_NEIGHBOUR
 # length with every prefill at the length probe's alone time over its calibrated steps besides
 HOST_FORMS["length-alone"] = HOST_FORMS["length"]
 STRETCH_RULE_FORMS["length-alone"] = STRETCH_DECODE_NEIGHBOUR
+# mix-growth without the two probes stop 37 and stop 39 added on top of decode-neighbour: a prefill
+# beside another engine's prefill at its engine time, and the colocated path stretched as the
+# idle deployment's (chosen on runs 74-82, 299 of 384 figures within 20% pooled against
+# path-beside's 291; run 83, four rounds: 47 of 48 against 46)
+HOST_FORMS["decode-neighbour+mix"] = (*HOST_FORMS["path-cores"], "step_excess_mix")
+STRETCH_RULE_FORMS["decode-neighbour+mix"] = STRETCH_DECODE_NEIGHBOUR
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
@@ -167,11 +173,19 @@ class Measured(NamedTuple):
     fallback: str
     empty_is_missing: bool = False
 
+    def fallback_for(self, host_form: str) -> str:
+        """The form to pass for a record that lacks this measurement, read by `host_form`: the
+        form it extends without it (FALLBACK_FOR), else `fallback`."""
+        return FALLBACK_FOR.get((host_form, self.keys), self.fallback)
+
 
 def _always(role_counts: Mapping[str, int]) -> bool:
     return True
 
 
+# (form, Measured.keys) -> the form to pass where the record lacks them, where it is not the
+# Measured's own fallback (that names the form the measurement was added on top of)
+FALLBACK_FOR = {("decode-neighbour+mix", ("step_excess_mix",)): "decode-neighbour"}
 # The records a form refuses, in the order they are checked: the first missing is named.
 MEASURED_SINCE = (
     Measured(("load_stretch",), _always, "the prefill's stretch under load (`bench.host_load`, measured since "
@@ -438,7 +452,7 @@ def _check_measured(label: str, host_form: str, host_spec: Mapping[str, Any], ro
         missing = (None, [], ()) if m.empty_is_missing else (None,)
         if read and m.applies(role_counts) and all(host_spec.get(k) in missing for k in read):
             raise ValueError(f"{label}: host form {host_form!r} needs {m.what}; this record has none: "
-                             f"pass --host {m.fallback} for it")
+                             f"pass --host {m.fallback_for(host_form)} for it")
 
 
 def load_probe_route(roles: set[str]) -> str:
@@ -1033,7 +1047,9 @@ def main(argv: list[str] | None = None) -> int:
                          "path-cores with a prefill stretched only beside another engine's decode-only step "
                          "or a prefill-only engine at work (decode-neighbour); as decode-neighbour with a "
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
-                         "(prefill-neighbour); as prefill-neighbour with a single decode "
+                         "(prefill-neighbour); as decode-neighbour with a single decode engine's further streams "
+                         "priced by the growth bench.decode_growth measured in loops of the workload's mix "
+                         "(decode-neighbour+mix); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
                          "loops of the workload's mix (mix-growth); as mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "

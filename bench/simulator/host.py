@@ -198,6 +198,14 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   prefill step takes the length probe's time alone at its prompt's length over the calibrated
   steps of that prompt (`alone_factor`): the calibration's own error by length, measured on the
   engine before the run.
+- decode-neighbour+mix (`--host decode-neighbour+mix`): decode-neighbour with mix-growth's
+  pricing of a single decode engine's further streams, and neither of the two probes path-beside
+  added on top (a prefill beside another engine's prefill runs at its engine time; the colocated
+  path is the idle deployment's, stretched). On runs 74-82, 299 of 384 figures within 20% pooled
+  and 557 of 768 held out, against path-beside's 291 and 533; on run 83, fresh and four rounds
+  pooled, 47 of 48 and 184 of 192, against 46 and 179. The two probes traded colocated against
+  adaptive, the same engines under two routers: with them colocated came out 10-19% slow on p50
+  TTFT (run 83), without them adaptive's mean TPOT 13-15% fast.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

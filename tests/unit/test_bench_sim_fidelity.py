@@ -463,6 +463,32 @@ def test_the_path_beside_form_is_mix_growth_with_the_colocated_path_measured_bes
     assert "request path beside streams 10.0 ms with 0, 16.0 ms with 2" in sf._calibration_line(record)
 
 
+def test_decode_neighbour_with_mix_growth_is_mix_growth_without_the_two_probes_beside(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01, "cpu_s_per_token": 0.002,
+            "stretch_beside_prefill": 1.25, "path_beside_streams": [[0, 0.01], [2, 0.016]]}
+    record = {**cal, "host": {**host, "step_excess_mix": [[1, 0.002], [4, 0.005]]},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(label, config, form, rec=record):
+        return build_cluster(sf.sim_config_for(label, load(config), rec, model_dir, host_form=form), label).host
+    for label, config in (("colocated", "colocated.yaml"), ("disaggregated", "disaggregated.yaml"),
+                          ("hybrid adaptive", "hybrid.yaml")):
+        form = host_of(label, config, "decode-neighbour+mix")
+        assert form == replace(host_of(label, config, "mix-growth"), stretch_beside_prefill=1.0)
+        assert form.path_beside_streams == () and form.stretch_beside_prefill == 1.0
+        assert form.step_excess_mix == host_of(label, config, "path-beside").step_excess_mix
+    assert host_of("hybrid adaptive", "hybrid.yaml", "decode-neighbour+mix").step_excess_mix == ((1, 0.002),
+                                                                                                 (4, 0.005))
+    # A record from before the mix was measured: the form it extends is decode-neighbour, not
+    # mix-growth's prefill-neighbour.
+    with pytest.raises(ValueError, match="--host decode-neighbour for it"):
+        host_of("disaggregated", "disaggregated.yaml", "decode-neighbour+mix", {**record, "host": host})
+    with pytest.raises(ValueError, match="--host prefill-neighbour for it"):
+        host_of("disaggregated", "disaggregated.yaml", "mix-growth", {**record, "host": host})
+
+
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
