@@ -964,7 +964,7 @@ def _default_model_dir() -> str:
 def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namespace) -> int:
     """A `--rounds R` sweep: every round simulated with its own measurements, pooled, and each
     round held against the others' live pool (bench.fidelity_rounds)."""
-    from bench.fidelity_rounds import by_load_table, fidelity_over_rounds, held_out_table
+    from bench.fidelity_rounds import by_load_table, fidelity_over_rounds, halves_line, held_out_table
     from bench.live_spread import spread_table
     from bench.rate_rounds import round_summaries
 
@@ -1005,6 +1005,8 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     sim_ok = sum(h["sim_round_ok"] for h in result["held_out"])
     checks = sum(h["checks"] for h in result["held_out"])
     print(f"\nheld out, all rounds: live {live_ok}/{checks}, simulated {sim_ok}/{checks}")
+    if (line := halves_line(result["halves"], args.tolerance)) is not None:
+        print(f"\n{line}")
     print(f"\nBy rate, and its load where the sweep measured the colocated capacity: at a load of 1 a Poisson "
           f"queue has no steady state, and Vidur states its fidelity at 0.85 (bench.fidelity_rounds)\n")
     print(by_load_table(result["by_rate"]))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench import sim_fidelity as sf
-from bench.fidelity_rounds import by_load_table, by_rate, count_ok, fidelity_over_rounds, held_out_table
+from bench.fidelity_rounds import (by_load_table, by_rate, count_ok, fidelity_over_rounds, halves_line,
+                                   held_out_table)
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from tests.unit.test_bench_sim_fidelity import ROOT, cal, model_dir  # noqa: F401  (shared fixtures)
 
@@ -76,6 +77,21 @@ def test_a_round_off_by_a_second_fails_the_held_out_ttfts_but_not_the_tpot(tmp_p
     assert row["load"] is None and row["held_out_of"] == 9
     assert row["held_out_live_ok"] == sum(h["live_round_ok"] for h in result["held_out"])
     assert row["held_out_sim_ok"] == sum(h["sim_round_ok"] for h in result["held_out"])
+
+
+def test_the_halves_pool_two_rounds_each_and_a_late_half_fails_its_ttfts(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 1.0, 1.0])
+    h = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)["halves"]
+    assert h["first"] == ["round_0", "round_1"] and h["second"] == ["round_2", "round_3"] and h["checks"] == 3
+    # The second half is a second late: the halves agree on the TPOT alone, both ways.
+    assert h["live_second_vs_first"] == h["live_first_vs_second"] == 1
+    # The simulated first half is the live one's own records; the second's TTFTs miss the late live.
+    assert h["sim_first"] == 3 and h["sim_second"] == 1
+    assert "on 1 and 1 of 3 figures; the simulated halves of their live halves on 3 and 1" in halves_line(h, 0.2)
+    # Three rounds have no halves of two: that is the held-out view.
+    fewer = write_rounds(tmp_path / "three", cal, model_dir, [0.0, 0.0, 1.0])
+    assert fidelity_over_rounds(fewer, None, model_dir, "load-path", progress=False, systems=SYSTEMS)["halves"] is None
+    assert halves_line(None, 0.2) is None
 
 
 def test_by_rate_counts_each_rate_apart_with_its_load():
