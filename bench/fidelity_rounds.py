@@ -135,7 +135,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     held_out = []
     for k, name in enumerate(top["round_dirs"]):
         others = [run for j, run in enumerate(live_runs) if j != k]
-        rest = {key: pooled_summary([run[key] for run in others], slo) for key in keys}
+        rest = pool_by_key(others, keys, slo)
         live_k = {key: summarize(live_runs[k][key], slo) for key in keys}
         sim_k = {key: summarize(sim_runs[k][key], slo) for key in keys}
         live_ok, n = count_ok(rest, live_k, tolerance)
@@ -158,6 +158,12 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
             "round_rows": own_rows}
 
 
+def pool_by_key(runs: Sequence[Mapping[Key, Sequence[RequestRecord]]], keys: Sequence[Key],
+                slo: SloSpec) -> dict[Key, dict[str, Any]]:
+    """Per key, the summary of `runs`' records pooled (the held-out and the halves views' pools)."""
+    return {key: pooled_summary([run[key] for run in runs], slo) for key in keys}
+
+
 def halves(names: Sequence[str], live_runs: Sequence[Mapping[Key, Sequence[RequestRecord]]],
            sim_runs: Sequence[Mapping[Key, Sequence[RequestRecord]]], keys: Sequence[Key], slo: SloSpec,
            tolerance: float) -> dict[str, Any] | None:
@@ -166,14 +172,11 @@ def halves(names: Sequence[str], live_runs: Sequence[Mapping[Key, Sequence[Reque
     if len(names) < 4:
         return None
     cut = len(names) // 2
-
-    def pool(runs: Sequence[Mapping[Key, Sequence[RequestRecord]]]) -> dict[Key, dict[str, Any]]:
-        return {key: pooled_summary([run[key] for run in runs], slo) for key in keys}
-    live_a, live_b = pool(live_runs[:cut]), pool(live_runs[cut:])
-    sim_a, sim_b = pool(sim_runs[:cut]), pool(sim_runs[cut:])
-    checks = count_ok(live_a, live_b, tolerance)[1]
+    live_a, live_b = pool_by_key(live_runs[:cut], keys, slo), pool_by_key(live_runs[cut:], keys, slo)
+    sim_a, sim_b = pool_by_key(sim_runs[:cut], keys, slo), pool_by_key(sim_runs[cut:], keys, slo)
+    second_ok, checks = count_ok(live_a, live_b, tolerance)
     return {"first": list(names[:cut]), "second": list(names[cut:]), "checks": checks,
-            "live_second_vs_first": count_ok(live_a, live_b, tolerance)[0],
+            "live_second_vs_first": second_ok,
             "live_first_vs_second": count_ok(live_b, live_a, tolerance)[0],
             "sim_first": count_ok(live_a, sim_a, tolerance)[0], "sim_second": count_ok(live_b, sim_b, tolerance)[0]}
 

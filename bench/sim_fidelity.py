@@ -149,8 +149,8 @@ STRETCH_RULE_FORMS["length"] = STRETCH_DECODE_NEIGHBOUR
 HOST_FORMS["length-alone"] = HOST_FORMS["length"]
 STRETCH_RULE_FORMS["length-alone"] = STRETCH_DECODE_NEIGHBOUR
 # mix-growth without the two probes stop 37 and stop 39 added on top of decode-neighbour: a prefill
-# beside another engine's prefill at its engine time, and the colocated path stretched as the
-# idle deployment's (chosen on runs 74-82, 299 of 384 figures within 20% pooled against
+# beside another engine's prefill at its engine time, and the colocated path the idle
+# deployment's, stretched by the prefill's factor (chosen on runs 74-82, 299 of 384 figures within 20% pooled against
 # path-beside's 291; run 83, four rounds: 47 of 48 against 46)
 HOST_FORMS["decode-neighbour+mix"] = (*HOST_FORMS["path-cores"], "step_excess_mix")
 STRETCH_RULE_FORMS["decode-neighbour+mix"] = STRETCH_DECODE_NEIGHBOUR
@@ -1049,11 +1049,10 @@ def main(argv: list[str] | None = None) -> int:
                          "path-cores with a prefill stretched only beside another engine's decode-only step "
                          "or a prefill-only engine at work (decode-neighbour); as decode-neighbour with a "
                          "prefill beside another engine's prefill stretched as bench.prefill_beside measured "
-                         "(prefill-neighbour); as decode-neighbour with a single decode engine's further streams "
-                         "priced by the growth bench.decode_growth measured in loops of the workload's mix "
-                         "(decode-neighbour+mix); as prefill-neighbour with a single decode "
+                         "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
-                         "loops of the workload's mix (mix-growth); as mix-growth with the "
+                         "loops of the workload's mix (mix-growth); as mix-growth without prefill-neighbour's "
+                         "stretch, on decode-neighbour (decode-neighbour+mix); as mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
                          "streams (path-beside, the default); as path-beside with a prefill's stretch scaled by "
                          "its prompt's length as bench.length_stretch measured (length); as length with every "
