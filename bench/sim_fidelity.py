@@ -150,8 +150,7 @@ HOST_FORMS["length-alone"] = HOST_FORMS["length"]
 STRETCH_RULE_FORMS["length-alone"] = STRETCH_DECODE_NEIGHBOUR
 # mix-growth without the two probes stop 37 and stop 39 added on top of decode-neighbour: a prefill
 # beside another engine's prefill at its engine time, and the colocated path the idle
-# deployment's, stretched by the prefill's factor (chosen on runs 74-82, 299 of 384 figures within 20% pooled against
-# path-beside's 291; run 83, four rounds: 47 of 48 against 46)
+# deployment's, stretched by the prefill's factor (the default since stop 45: see DEFAULT_HOST_FORM)
 HOST_FORMS["decode-neighbour+mix"] = (*HOST_FORMS["path-cores"], "step_excess_mix")
 STRETCH_RULE_FORMS["decode-neighbour+mix"] = STRETCH_DECODE_NEIGHBOUR
 LENGTH_FORMS = ("length", "length-alone")
@@ -282,8 +281,15 @@ MEASURED_SINCE = (
 # p50 TTFT +20% at both rates). Built on run 73 (its probes' paths recovered from the router's
 # log): 17 of 24 pooled and 30 of 48 held out against 16 and 28; on run 74, fresh: 19 and 37
 # against 18 and 36 (the live rounds 38). A small gain, within the runs' noise; the default since
-# because it measures the path at the load it is used at, where the old rule assumed it.
-DEFAULT_HOST_FORM = "path-beside"
+# because it measures the path at the load it is used at, where the old rule assumed it. The
+# default until stop 45. decode-neighbour+mix is mix-growth without the two probes that
+# prefill-neighbour and path-beside added beside a prefill (another engine's prefill; the path
+# beside streams): chosen on runs 74-82, 299 of 384 figures within 20% pooled and 557 of 768 held
+# out against path-beside's 291 and 533; fresh, on the two runs of four rounds pooled (83 and 84),
+# 47 and 44 of 48 against 46 and 42, held out 184 and 162 of 192 against 179 and 161 (the live
+# rounds 166 and 138). It trades colocated (closer) against hybrid (further), and has adaptive's
+# figures within 20% on all 24 of those runs against 21.
+DEFAULT_HOST_FORM = "decode-neighbour+mix"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -1052,9 +1058,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
                          "loops of the workload's mix (mix-growth); as mix-growth without prefill-neighbour's "
-                         "stretch, on decode-neighbour (decode-neighbour+mix); as mix-growth with the "
+                         "stretch, on decode-neighbour (decode-neighbour+mix, the default); as mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
-                         "streams (path-beside, the default); as path-beside with a prefill's stretch scaled by "
+                         "streams (path-beside); as path-beside with a prefill's stretch scaled by "
                          "its prompt's length as bench.length_stretch measured (length); as length with every "
                          "prefill at the length probe's time alone over its calibrated steps (length-alone); "
                          "as path-cores with a lone stream's step priced "

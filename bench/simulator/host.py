@@ -184,7 +184,7 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   simulator gave every colocated and adaptive request 26.8 ms (17.3 x1.56) where they took
   16-23 ms live, and hybrid's 15.6 ms (14.0 x1.11) where they took 18-20.
   Built on run 73: 17 of 24 pooled and 30 of 48 held out against mix-growth's 16 and 28; run
-  74, fresh: 19 and 37 against 18 and 36 (the live rounds 38). The default since stop 39.
+  74, fresh: 19 and 37 against 18 and 36 (the live rounds 38). The default in stops 39-44.
 - length (`length_stretch` and `length_reference_tokens` set besides; `--host length`): as
   path-beside, and a stretched prefill's excess over its engine time is scaled by its prompt's
   length: by the length probe's excess at that length over its excess at the load probe's
@@ -203,9 +203,11 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   added on top (a prefill beside another engine's prefill runs at its engine time; the colocated
   path is the idle deployment's, stretched). On runs 74-82, 299 of 384 figures within 20% pooled
   and 557 of 768 held out, against path-beside's 291 and 533; on run 83, fresh and four rounds
-  pooled, 47 of 48 and 184 of 192, against 46 and 179. The two probes traded colocated against
-  adaptive, the same engines under two routers: with them colocated came out 10-19% slow on p50
-  TTFT (run 83), without them adaptive's mean TPOT 13-15% fast.
+  pooled, 47 of 48 and 184 of 192, against 46 and 179; on run 84, the same, 44 and 162 against
+  42 and 161. The two probes traded colocated against adaptive, the same engines under two
+  routers: with them colocated came out 10-19% slow on p50 TTFT (run 83) and adaptive's figures
+  within 20% on 21 of 24 over runs 83-84 (24 without); without them adaptive's mean TPOT 13-15%
+  fast on run 83, hybrid's p99 TTFT 20-22% fast on run 84. The default since stop 45.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

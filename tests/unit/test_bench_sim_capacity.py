@@ -64,9 +64,11 @@ def test_a_record_without_what_the_host_form_needs_is_refused(tmp_path, capsys, 
     path = tmp_path / "older.json"
     write_summary(path, {"colocated": {**cal, "host": host,
                                        "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}})
-    # the default form (mix-growth, as prefill-neighbour on colocated) needs the probe of a
-    # prefill beside another engine's prefills
-    assert main(["--live", str(path)]) == 2
+    # prefill-neighbour needs the probe of a prefill beside another engine's prefills; the
+    # default form (decode-neighbour+mix) does not, nor, on colocated, the mix's loops
+    assert main(["--live", str(path), "--host", "prefill-neighbour"]) == 2
     assert "--host decode-neighbour" in capsys.readouterr().err
+    assert main(["--live", str(path)]) == 0
+    assert "colocated" in capsys.readouterr().out
     assert main(["--live", str(path), "--host", "decode-neighbour"]) == 0
     assert "colocated" in capsys.readouterr().out

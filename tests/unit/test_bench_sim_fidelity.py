@@ -295,22 +295,26 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
         host_of("load-batch", loaded)  # a record from before they were measured
     assert not build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), cal, model_dir),
                              "colocated").host.is_modelled  # an older record without a host
-    # Unasked, the path-beside form: load-beside (load-batch where no engine is prefill-only)
-    # with the cores a request on its path keeps busy (path-cores, the closest on runs 37-47), a
-    # prefill stretched only beside another engine's decode steps or a prefill-only engine's
-    # work, or beside another engine's prefill by the stretch measured there (prefill-neighbour),
-    # with one decode engine its further streams by the loops of the mix, and the colocated
-    # path as measured beside streams. A record from before its points, or the stretches, were
-    # measured is refused rather than simulated without them.
+    # The path-beside form (the default until stop 45): load-beside (load-batch where no engine
+    # is prefill-only) with the cores a request on its path keeps busy (path-cores, the closest
+    # on runs 37-47), a prefill stretched only beside another engine's decode steps or a
+    # prefill-only engine's work, or beside another engine's prefill by the stretch measured
+    # there (prefill-neighbour), with one decode engine its further streams by the loops of the
+    # mix, and the colocated path as measured beside streams. Unasked, decode-neighbour+mix:
+    # the same without the last two probes. A record from before its points, or the stretches,
+    # were measured is refused rather than simulated without them.
     batched = {**batched, "host": {**batched["host"], "stretch_beside_prefill": 1.2,
                                    "path_beside_streams": [[0, 0.01], [2, 0.02]]}}
     pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     path_cores = replace(host_of("load-batch", batched), path_cores=0.01 / 0.0125)
     assert host_of("path-cores", pathed) == path_cores
-    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir,
+                                           host_form="path-beside"),
                          "colocated").host == replace(path_cores, stretch_rule="decode-neighbour",
                                                       stretch_beside_prefill=1.2,
                                                       path_beside_streams=((0, 0.01), (2, 0.02)))
+    assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
+                         "colocated").host == replace(path_cores, stretch_rule="decode-neighbour")
     with pytest.raises(ValueError, match="request path's colocated_s"):
         sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
     assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
@@ -333,9 +337,9 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     assert beside.decode_beside_prefill == ((1, 0.004), (2, 0.005))
     batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
     assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
-    # unasked, the default form: load-beside with the path's cores, here over the disaggregated
-    # path (no engine serves both phases, so the host's bursts all went disaggregated), and the
-    # one decode engine's growth in loops of the mix
+    # unasked, the default form (decode-neighbour+mix): load-beside with the path's cores, here
+    # over the disaggregated path (no engine serves both phases, so the host's bursts all went
+    # disaggregated), and the one decode engine's growth in loops of the mix
     record = {**cal, "host": {**host, "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]},
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
