@@ -301,8 +301,9 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     # prefill-only engine's work, or beside another engine's prefill by the stretch measured
     # there (prefill-neighbour), with one decode engine its further streams by the loops of the
     # mix, and the colocated path as measured beside streams. Unasked, decode-neighbour+mix:
-    # the same without the last two probes. A record from before its points, or the stretches,
-    # were measured is refused rather than simulated without them.
+    # the same without the stretch beside another engine's prefill and the path beside streams.
+    # A record from before its points, or the stretches, were measured is refused rather than
+    # simulated without them.
     batched = {**batched, "host": {**batched["host"], "stretch_beside_prefill": 1.2,
                                    "path_beside_streams": [[0, 0.01], [2, 0.02]]}}
     pathed = {**batched, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
