@@ -254,10 +254,11 @@ class Router:
         """How long `wid` has been silent past twice the longest it could take to give anything
         back (schedulers/stall.py); logged once per stall. While requests stream from it, that
         is its longest step; while only prompts wait on it (a prefill worker; a decode-capable
-        one before its first stream), the steps that prefill the oldest of them (vLLM runs a
-        worker's prompts first come, first served; whatever step it was in when that one came
-        held no older prompt) and the path outside the engines. Prompts sent later do not
-        lengthen the wait: one sent to a stopped worker would otherwise hide the stop."""
+        one before its first stream), the steps that prefill the oldest of them and the prompts
+        that can share those steps (vLLM runs a worker's prompts first come, first served,
+        batching all that wait when a step begins), and the path outside the engines. Prompts
+        sent after that step began do not lengthen the wait: one sent to a stopped worker would
+        otherwise hide the stop."""
         if self.predictor is None:
             return 0.0
         # vLLM counts a prefill worker's prompts as running: none of them decodes
@@ -266,10 +267,16 @@ class Router:
             since_s, what = self.last_output_s[wid], "token"
             longest_wait_s = self.predictor.longest_step_s(num_decodes, speed, self.prefill_queues.longest(wid))
         elif (oldest := self.prefill_queues.oldest(wid)) is not None:
-            sent_s, num_tokens = oldest
+            sent_s, _ = oldest
             since_s = max(sent_s, self.last_output_s.get(wid, sent_s))
-            longest_wait_s = (self.predictor.prefill_queue_s(num_tokens, num_decodes, speed)
-                              + max(m.value for m in self.paths.values()))
+            path_s = max(m.value for m in self.paths.values())
+            # The step that gives the oldest prompt back also holds every prompt that reached the
+            # engine before it began (by `since_s` and the path). Priced over the oldest prompt
+            # alone, in run 85 (2026-12-06) a 1,731-token prompt was taken back from hybrid's
+            # prefill worker 0.86 s into the 1.00 s step that held it and a 1,287-token one sent
+            # 15 ms later; prefilled again behind the decode worker's queue, both waited 2.5 s.
+            num_tokens = self.prefill_queues.num_tokens_sent_by(wid, since_s + path_s)
+            longest_wait_s = self.predictor.prefill_queue_s(num_tokens, num_decodes, speed) + path_s
             what = "prefilled prompt"
         else:
             self.stalled.discard(wid)

@@ -46,3 +46,9 @@ class PrefillQueues:
             return None
         num_tokens, sent_s = min(prompts, key=lambda p: p[1])
         return sent_s, num_tokens
+
+    def num_tokens_sent_by(self, worker_id: str, until_s: float) -> int:
+        """The tokens of the prompts on `worker_id` sent by `until_s`: those a step that starts
+        then can batch with the oldest (vLLM schedules every waiting prompt, first come first
+        served, up to its token budget, and gives none back before the step ends)."""
+        return sum(n for n, sent_s in self._prompts[worker_id].values() if sent_s <= until_s)

@@ -11,10 +11,12 @@ engine's own process stopped), and the router sent it nine more prompts, each pr
 
 A prefill worker streams nothing: it gives a prompt's KV back when its prefill ends. While prompts
 wait on a worker and nothing streams from it, the longest it can take to give anything back is
-the oldest prompt's prefill (vLLM runs a worker's prompts first come, first served) plus the
-path outside the engines; silence past that (from the oldest prompt's sending or the worker's
-last output, whichever is later) is a stall as well. Prompts sent later do not lengthen the
-wait: one sent to a stopped worker would otherwise hide the stop.
+the prefill of the oldest prompt and of every prompt that reached the engine before the step
+that serves it began (vLLM runs a worker's prompts first come, first served, and batches all
+that wait when a step begins, up to its token budget), plus the path outside the engines;
+silence past that (from the oldest prompt's sending or the worker's last output, whichever is
+later) is a stall as well. Prompts sent after that step began do not lengthen the wait: one
+sent to a stopped worker would otherwise hide the stop.
 
 How long a stall will last is not known when it is seen. What has lasted `s` seconds is taken to
 last `s` seconds more (the estimate that assumes nothing about the stall's length distribution

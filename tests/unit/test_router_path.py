@@ -137,3 +137,16 @@ def test_a_prefill_worker_silent_past_its_oldest_prompt_is_stalled(monkeypatch, 
     assert Router._stall_s(r, "p", 0, 2.0) == 0.0  # a worker twice as slow: 2 x (0.6 + 0.25)
     r.prefill_queues.prefilled("p", "b")  # nothing waits: no stall
     assert Router._stall_s(r, "p", 0, 1.0) == 0.0
+
+
+def test_a_prefill_workers_wait_holds_the_prompts_its_next_step_batches(monkeypatch):
+    # Busy until its last output at 100.2: the step that then begins batches both prompts sent
+    # before it (2,000 + 3,000 tokens: 0.5 s), so it may stay silent 2 x (0.5 + 0.25) = 1.5 s.
+    r = _stall_router({"p": {}}, {"p": 100.2}, {"p": "prefill"})
+    r.prefill_queues.sent("p", "a", 2000, 100.0)
+    r.prefill_queues.sent("p", "b", 3000, 100.015)
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.6)
+    assert Router._stall_s(r, "p", 0, 1.0) == 0.0  # over the oldest alone: 0.7 s past 2 x 0.45
+    r.prefill_queues.sent("p", "c", 4000, 100.5)  # reached it after that step began: not in it
+    monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.8)
+    assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.1)

@@ -53,6 +53,7 @@ def test_prefill_queues_count_each_prompt_once_and_know_the_longest():
     q.sent("v", "c", 64, 9.0)
     assert q.num_tokens("w") == 1500 and q.longest("w") == 1000 and q.num_prompts("w") == 2
     assert q.oldest("w") == (10.0, 1000)  # where a silent prefill worker's stall counts from
+    assert q.num_tokens_sent_by("w", 10.2) == 1000 and q.num_tokens_sent_by("w", 10.5) == 1500  # a step's batch
     q.prefilled("w", "a")
     q.prefilled("w", "a")  # a second call (first token, then the stream's end) does nothing
     assert q.num_tokens("w") == 500 and q.num_tokens("v") == 64 and q.num_prompts("w") == 1
