@@ -37,7 +37,8 @@ class RequestRecord:
 
     `route`: "colocated" | "disaggregated" | None (never routed). `kv_transfer_*`: the KV moved for
     a disaggregated request (0 / None otherwise). `predicted_ttft_s`: the policy's prediction,
-    None if it made none. `bucket`: a workload label; None means the SLO's length bucket.
+    None if it made none. `fallback`: why `route` is not the one it was given (a prefill worker
+    failed or was taken back from), None if it is. `bucket`: a workload label; None means the SLO's length bucket.
     `ok` False with `error` for a request that failed; its times may be None.
     """
 
@@ -58,6 +59,7 @@ class RequestRecord:
     prefill_worker: str | None = None
     decode_worker: str | None = None
     served_id: str | None = None  # the server's id for it: joins the router's prediction log
+    fallback: str | None = None  # why it did not take the route it was given (the router's words)
 
     @property
     def ttft_s(self) -> float | None:
@@ -231,6 +233,7 @@ def _summary_of(records: Sequence[RequestRecord], slo: SloSpec, duration_s: floa
         "goodput_rps": _rate(num_good, duration_s),
         "slo_attainment": num_good / len(records) if records else None,
         "routes": dict(sorted(routes.items())),
+        "num_fallbacks": sum(1 for r in records if r.fallback),
         "kv_transfer_bytes": sum(r.kv_transfer_bytes for r in served),
         "kv_transfer_s": distribution(r.kv_transfer_s for r in transfers),
     }

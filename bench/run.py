@@ -51,6 +51,7 @@ def _serve_one(stream: StreamFn, spec: RequestSpec, vocab_size: int, route: str,
                 rec.predicted_ttft_s = r.predicted_ttft_s
                 rec.prefill_worker, rec.decode_worker = r.prefill_worker, r.decode_worker
                 rec.served_id = r.request_id
+                rec.fallback = r.fallback
                 rec.output_tokens = len(r.token_ids)
     except Exception as err:  # recorded, counted as failed in the summary, never dropped
         rec.ok, rec.error = False, f"{type(err).__name__}: {err}"

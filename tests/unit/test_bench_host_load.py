@@ -61,7 +61,7 @@ class FakeDeployment:
                 yield {"type": "token", "token_ids": [1]}
             yield {"type": "result", "result": SimpleNamespace(
                 route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
-                prefill_worker=None, decode_worker="both-0", token_ids=[1] * n, request_id="r")}
+                prefill_worker=None, decode_worker="both-0", token_ids=[1] * n, request_id="r", fallback=None)}
         finally:
             with self.lock:
                 self.open -= 1
@@ -169,7 +169,7 @@ class PrefillingFake(FakeDeployment):
     def result(route: str, n: int) -> SimpleNamespace:
         return SimpleNamespace(route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
                                prefill_worker=None, decode_worker="both-0", token_ids=[1] * n,
-                               request_id="r")
+                               request_id="r", fallback=None)
 
 
 def test_the_probe_measures_what_a_decode_step_loses_beside_its_prefill(monkeypatch):

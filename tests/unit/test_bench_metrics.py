@@ -22,7 +22,7 @@ def record(rid, input_tokens, arrival_s, token_times, route="colocated", **kw):
 # E: failed                                                 -> misses
 A = record("a", 100, 0.0, [0.1, 0.15, 0.25])
 B = record("b", 5000, 1.0, [1.5, 1.7], route="disaggregated", kv_transfer_bytes=1000, kv_transfer_s=0.01)
-C = record("c", 200, 2.0, [2.3])
+C = record("c", 200, 2.0, [2.3], fallback="prefill worker p stalled; prefilled locally")
 D = record("d", 300, 3.0, [3.05, 3.1, 3.15, 3.2])
 E = RequestRecord("e", 100, 8, 4.0, ok=False, error="boom")
 RECORDS = [A, B, C, D, E]
@@ -65,6 +65,7 @@ def test_summary_throughput_and_goodput():
     assert s["goodput_rps"] == pytest.approx(2 / 3.2)
     assert s["slo_attainment"] == pytest.approx(0.4)
     assert s["routes"] == {"colocated": 3, "disaggregated": 1, "none": 1}
+    assert s["num_fallbacks"] == 1  # C: given disaggregated, prefilled locally
     assert s["kv_transfer_bytes"] == 1000 and s["kv_transfer_s"]["mean"] == pytest.approx(0.01)
 
 

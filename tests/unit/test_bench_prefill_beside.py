@@ -48,7 +48,8 @@ class FakeDeployment:
             yield {"type": "token", "token_ids": [1]}
             yield {"type": "result", "result": SimpleNamespace(
                 route=self.served_route or route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
-                prefill_worker=None, decode_worker=engine, token_ids=[1], request_id=rid)}
+                prefill_worker=None, decode_worker=engine, token_ids=[1], request_id=rid,
+                fallback="prefilled locally" if self.served_route else None)}
         finally:
             with self.lock:
                 self.open[engine] -= 1

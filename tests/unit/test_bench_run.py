@@ -19,7 +19,8 @@ def _fake_stream(**kw):
     yield {"type": "result", "result": SimpleNamespace(
         route="disaggregated", kv_transfer_bytes=4096, kv_transfer_s=0.001, predicted_ttft_s=0.01,
         prefill_worker="p", decode_worker="d", token_ids=list(range(n)),
-        request_id=f"served-{kw['prompt_token_ids'][0]}")}
+        request_id=f"served-{kw['prompt_token_ids'][0]}",
+        fallback="prefill worker p stalled; prefilled locally" if n == 3 else None)}
 
 
 def test_prompts_are_distinct_and_reproducible():
@@ -38,6 +39,7 @@ def test_open_loop_records_every_token_and_the_result():
         assert r.ttft_s >= 0.002 and len(r.itl_s) == 3 and r.route == "disaggregated"
         assert r.kv_transfer_bytes == 4096 and r.predicted_ttft_s == 0.01
         assert r.served_id.startswith("served-")  # joins the router's prediction log
+        assert r.fallback is None  # took the route it was given
 
 
 def test_a_failed_request_is_recorded_not_dropped():
@@ -45,3 +47,4 @@ def test_a_failed_request_is_recorded_not_dropped():
     recs = run_workload(_fake_stream, wl, vocab_size=259, progress=False)
     by_id = {r.request_id: r for r in recs}
     assert by_id["ok"].ok and not by_id["bad"].ok and "worker down" in by_id["bad"].error
+    assert by_id["ok"].fallback == "prefill worker p stalled; prefilled locally"  # the result's, verbatim
