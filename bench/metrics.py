@@ -38,8 +38,8 @@ class RequestRecord:
     `route`: "colocated" | "disaggregated" | None (never routed). `kv_transfer_*`: the KV moved for
     a disaggregated request (0 / None otherwise). `predicted_ttft_s`: the policy's prediction,
     None if it made none. `fallback`: why `route` is not the one it was given (a prefill worker
-    failed or was taken back from), None if it is. `bucket`: a workload label; None means the SLO's length bucket.
-    `ok` False with `error` for a request that failed; its times may be None.
+    failed or was taken back from), None if it is. `bucket`: a workload label; None means the
+    SLO's length bucket. `ok` False with `error` for a request that failed; its times may be None.
     """
 
     request_id: str
