@@ -146,7 +146,7 @@ def test_a_prefill_workers_wait_holds_the_prompts_its_next_step_batches(monkeypa
     r.prefill_queues.sent("p", "a", 2000, 100.0)
     r.prefill_queues.sent("p", "b", 3000, 100.015)
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.6)
-    assert Router._stall_s(r, "p", 0, 1.0) == 0.0  # over the oldest alone: 0.7 s past 2 x 0.45
+    assert Router._stall_s(r, "p", 0, 1.0) == 0.0  # over the oldest alone: 1.4 s silent, 0.5 s past 2 x 0.45
     r.prefill_queues.sent("p", "c", 4000, 100.5)  # reached it after that step began: not in it
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.8)
     assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.1)
