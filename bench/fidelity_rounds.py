@@ -35,7 +35,9 @@ deployment's capacity; the counts per load say where the 20% target can be judge
 Nothing here is fitted: the simulated records are those `run_fidelity` makes from the
 measurements taken before the runs: each round's own (`measurements="own"`, this function's
 default), or pooled over the sweep's deployments (`bench.pooled_measurements`; the command line,
-`bench.sim_fidelity`, takes the hardware pool by default).
+`bench.sim_fidelity`, takes the hardware pool by default). A host form that draws each prefill's
+stretch (`--host stretch-draws`) draws round k's from seed k: with the hardware pool every round
+is simulated from the same measurements, and one seed would repeat one realisation R times.
 """
 from __future__ import annotations
 
@@ -118,7 +120,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         sim: dict[Key, list[RequestRecord]] = {}
         own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
                                      progress=progress, host_form=host_form, sim_records=sim,
-                                     speed=None if slowdowns_by_round is None else slowdowns_by_round[k]))
+                                     speed=None if slowdowns_by_round is None else slowdowns_by_round[k],
+                                     draw_seed=k))
         sim_runs.append(sim)
         live_runs.append({key: live_records(round_dir, *key) for key in sim})
     keys = [key for key in sim_runs[0] if all(key in run for run in sim_runs)]

@@ -50,7 +50,9 @@ for every count of streams by default (`flat_stretch`: every probe of the alike 
 its own deployment's probes alone), not the median at each count (`--stretch counts`): five
 probes per count scatter more than the counts differ. Within 20%, pooled of 24 / held out of 48:
 runs 59 and 60, on which it was chosen, 20 / 34 and 7 / 15 against 18 / 32 and 6 / 12; run 61,
-fresh, 15 / 29 against 12 / 21 (the live rounds held each other to 29).
+fresh, 15 / 29 against 12 / 21 (the live rounds held each other to 29). The hardware form keeps
+every one of those ratios as well (`stretch_ratios`, the host's `<key>_draws`), for the host form
+that draws each prefill's stretch among them (`bench.simulator.host`, stretch-draws).
 """
 from __future__ import annotations
 
@@ -105,6 +107,21 @@ def pooled_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]]) -> di
     return {label: pooled_record([r[label] for r in rounds if label in r]) for label in dict.fromkeys(labels)}
 
 
+def stretch_ratios(records: Sequence[Mapping[str, Any]], probe: str = "load_probe") -> list[float]:
+    """Every probe of `records` sent beside streams (`probe`'s samples, `bench.host_load`): its
+    TTFT over the median TTFT of its own record's probes sent alone, all counts pooled, sorted.
+    A record without probes sent alone gives none."""
+    ratios = []
+    for rec in records:
+        samples = ((rec.get("host") or {}).get(probe) or {}).get("samples") or {}
+        alone = samples.get("0") or samples.get(0)
+        if not alone:
+            continue
+        base = statistics.median(alone)
+        ratios += [t / base for n, ts in samples.items() if int(n) > 0 for t in ts]
+    return sorted(ratios)
+
+
 def flat_stretch(records: Sequence[Mapping[str, Any]], probe: str = "load_probe") -> float | None:
     """One stretch for every count of streams, from the `probe` samples (`bench.host_load`) of
     all `records`: the median over every probe sent beside streams of its TTFT over the median
@@ -117,14 +134,7 @@ def flat_stretch(records: Sequence[Mapping[str, Any]], probe: str = "load_probe"
     2.24 / 1.84 / 1.63 and 1.48 / 1.86 / 1.61 at 2 / 4 / 8 streams: no steady growth with the
     count (likely because what takes the prefill's core share is the other engine's loop,
     spinning once it steps at all, more than the tokens streamed), so the counts are pooled."""
-    ratios = []
-    for rec in records:
-        samples = ((rec.get("host") or {}).get(probe) or {}).get("samples") or {}
-        alone = samples.get("0") or samples.get(0)
-        if not alone:
-            continue
-        base = statistics.median(alone)
-        ratios += [t / base for n, ts in samples.items() if int(n) > 0 for t in ts]
+    ratios = stretch_ratios(records, probe)
     return max(1.0, float(statistics.median(ratios))) if ratios else None
 
 
@@ -134,6 +144,16 @@ def with_flat_stretch(record: Mapping[str, Any], factors: Mapping[str, float | N
     for key, _ in STRETCH_PROBES:
         if host.get(key) and factors.get(key) is not None:
             host[key] = [[n, factors[key]] for n, _ in host[key]]
+    return {**record, "host": host}
+
+
+def with_stretch_draws(record: Mapping[str, Any], draws: Mapping[str, Sequence[float]]) -> dict[str, Any]:
+    """`record` with each measured stretch's draws (`<key>_draws`, `STRETCH_PROBES`) at
+    `draws[key]` where there are any: what the stretch-draws host form draws from."""
+    host = dict(record.get("host") or {})
+    for key, _ in STRETCH_PROBES:
+        if draws.get(key):
+            host[f"{key}_draws"] = list(draws[key])
     return {**record, "host": host}
 
 
@@ -165,6 +185,9 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
         if stretch == "flat":
             by_shape[shape] = with_flat_stretch(by_shape[shape], {key: flat_stretch(alike, probe)
                                                                   for key, probe in STRETCH_PROBES})
+        # every alike probe, for a form that draws the stretch instead of taking its median
+        by_shape[shape] = with_stretch_draws(by_shape[shape], {key: stretch_ratios(alike, probe)
+                                                               for key, probe in STRETCH_PROBES})
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
 
 

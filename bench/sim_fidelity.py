@@ -78,7 +78,7 @@ from bench.host_load import measure_load_stretch
 from bench.length_stretch import measure_length_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
-                                       hardware_measurements_for)
+                                       STRETCH_PROBES, hardware_measurements_for, stretch_ratios)
 from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
@@ -153,6 +153,11 @@ STRETCH_RULE_FORMS["length-alone"] = STRETCH_DECODE_NEIGHBOUR
 # deployment's, stretched by the prefill's factor (the default since stop 45: see DEFAULT_HOST_FORM)
 HOST_FORMS["decode-neighbour+mix"] = (*HOST_FORMS["path-cores"], "step_excess_mix")
 STRETCH_RULE_FORMS["decode-neighbour+mix"] = STRETCH_DECODE_NEIGHBOUR
+# decode-neighbour+mix with each prefill step's stretch drawn among the load probes' own prompts
+# (`stretch_draws`), not their median
+HOST_FORMS["stretch-draws"] = (*HOST_FORMS["decode-neighbour+mix"], "load_stretch_draws", "load_stretch_beside_draws")
+STRETCH_RULE_FORMS["stretch-draws"] = STRETCH_DECODE_NEIGHBOUR
+DRAW_FORMS = ("stretch-draws",)
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
@@ -184,7 +189,8 @@ def _always(role_counts: Mapping[str, int]) -> bool:
 
 # (form, Measured.keys) -> the form to pass where the record lacks them, where it is not the
 # Measured's own fallback (that names the form the measurement was added on top of)
-FALLBACK_FOR = {("decode-neighbour+mix", ("step_excess_mix",)): "decode-neighbour"}
+FALLBACK_FOR = {("decode-neighbour+mix", ("step_excess_mix",)): "decode-neighbour",
+                ("stretch-draws", ("step_excess_mix",)): "decode-neighbour"}
 # The records a form refuses, in the order they are checked: the first missing is named.
 MEASURED_SINCE = (
     Measured(("load_stretch",), _always, "the prefill's stretch under load (`bench.host_load`, measured since "
@@ -557,9 +563,10 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM) -> SimConfig:
+                   host_form: str = DEFAULT_HOST_FORM, draw_seed: int = 0) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
     with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it).
+    `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws.
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -596,6 +603,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
             host_spec.update(alone_host(*probes, step_model_from_calibration(cal), role_engine))
     if host_form in STRETCH_RULE_FORMS and host_spec:
         host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]
+    if host_form in DRAW_FORMS and host_spec:
+        host_spec.update(stretch_draws(cal), draw_seed=draw_seed)
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -619,6 +628,23 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              "params": dict(cfg.scheduler.params)}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
     }, source=label)
+
+
+def stretch_draws(cal: Mapping[str, Any]) -> dict[str, list[float]]:
+    """The stretch-draws form's factors (`<key>_draws`, `bench.pooled_measurements.STRETCH_PROBES`):
+    the record's own where the hardware measurements pooled them over alike deployments, else its
+    load probes' (`stretch_ratios`). Refuses a record whose load probe has no prompts beside
+    streams and alone: there is nothing to draw from."""
+    host = cal.get("host") or {}
+    draws = {}
+    for key, probe in STRETCH_PROBES:
+        values = host.get(f"{key}_draws") or stretch_ratios([cal], probe)
+        if values:
+            draws[f"{key}_draws"] = sorted(values)
+    if "load_stretch_draws" not in draws:
+        raise ValueError("the stretch-draws form needs the load probe's prompts alone and beside streams "
+                         "(`bench.host_load` samples); this record has none")
+    return draws
 
 
 def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, workload: Workload) -> SimResult:
@@ -827,13 +853,14 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  tolerance: float = TOLERANCE, progress: bool = True,
                  host_form: str = DEFAULT_HOST_FORM,
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
-                 speed: Mapping[tuple[str, float], float] | None = None) -> list[dict[str, Any]]:
+                 speed: Mapping[tuple[str, float], float] | None = None,
+                 draw_seed: int = 0) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
     `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
     when given, receives each (system, rate)'s simulated records. `speed`, when given: (system,
     rate) -> the host's slowdown during that run, by which its measured times are scaled
-    (`bench.speed_scaled`)."""
+    (`bench.speed_scaled`). `draw_seed`: the seed of a drawing host form's draws (DRAW_FORMS)."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -853,7 +880,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             factor = (speed or {}).get((label, rate))
             rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
             step_model = step_model_from_calibration(rate_cal)
-            config = sim_config_for(label, deployment, rate_cal, model, host_form)
+            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed)
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)

@@ -171,14 +171,22 @@ class HostConfig(_Strict):
     # (prompt tokens, the engine's time alone over its calibrated steps) from the same probe
     length_alone: list[tuple[int, float]] = Field(default_factory=list)
     length_alone_beside: list[tuple[int, float]] = Field(default_factory=list)
+    # the load probe's factors one prompt at a time beside streams, sorted (on an engine that
+    # streams / on a prefill-only engine), and the seed each prefill step's draw among them comes from
+    load_stretch_draws: list[float] = Field(default_factory=list)
+    load_stretch_beside_draws: list[float] = Field(default_factory=list)
+    draw_seed: int = 0
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
                 "decode_beside_handover", "step_excess_mix", "path_beside_streams", "length_stretch",
                 "length_stretch_beside", "length_alone", "length_alone_beside")
-        values = self.model_dump(exclude={"neighbour", *keys})
+        draws = ("load_stretch_draws", "load_stretch_beside_draws")
+        values = self.model_dump(exclude={"neighbour", *keys, *draws})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))
+        for key in draws:
+            values[key] = tuple(float(f) for f in getattr(self, key))
         if self.neighbour is not None:
             values["neighbour_coefficients"] = tuple(getattr(self.neighbour, k) for k in COEFFICIENTS)
         return HostSpec(**values)

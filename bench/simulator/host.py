@@ -208,6 +208,18 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   routers: with them colocated came out 10-19% slow on p50 TTFT (run 83) and adaptive's figures
   within 20% on 21 of 24 over runs 83-84 (24 without); without them adaptive's mean TPOT 13-15%
   fast on run 83, hybrid's p99 TTFT 20-22% fast on run 84. The default since stop 45.
+- stretch-draws (`load_stretch_draws`, `load_stretch_beside_draws` set besides; `--host
+  stretch-draws`): as decode-neighbour+mix, but each prefill step draws its stretch from the load
+  probe's own prompts, one factor per probe sent beside streams (each over its deployment's
+  median alone, every count pooled, as the hardware measurements' flat stretch), not their
+  median: the step takes the factor at a quantile drawn when it starts (seeded, `draw_seed`) and
+  keeps that quantile while the load changes under it. The probe's prompts beside streams
+  scatter (on runs 85-87 the standard deviation of their logs was 0.05-0.37 per count, 0.01-0.10
+  alone), and so do the run's: a 3,801-token prompt at hybrid's prefill-only engine, nothing
+  queued before it, took 1.23, 1.38, 0.99 and 1.44 s there in the four rounds of run 87 at 6.23
+  req/s, where the simulator gave 0.89 s each time. A p99 over four rounds of 240 is about the
+  tenth-longest of 960 TTFTs, and on hybrid the longest dozen are three long prompts four times
+  each: a model at the median puts all four copies of each at its median.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -271,7 +283,10 @@ class HostSpec:
     length of the prompt the load factors were measured on. `length_alone` (and
     `length_alone_beside`): (prompt tokens, the engine's time for that prompt alone over its
     calibrated steps), from the same probe; with them, every prefill step takes that many times
-    its calibrated time as well (`alone_factor`)."""
+    its calibrated time as well (`alone_factor`). `load_stretch_draws` (and
+    `load_stretch_beside_draws`): the factors the load probe measured one prompt at a time beside
+    streams, sorted; with them, a stretched prefill takes the one at its step's drawn quantile
+    instead of the points (`load_factor`), the quantiles drawn from `draw_seed`."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -297,6 +312,9 @@ class HostSpec:
     length_reference_tokens: int = 0
     length_alone: tuple[tuple[int, float], ...] = ()
     length_alone_beside: tuple[tuple[int, float], ...] = ()
+    load_stretch_draws: tuple[float, ...] = ()
+    load_stretch_beside_draws: tuple[float, ...] = ()
+    draw_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -329,6 +347,10 @@ class HostSpec:
             _check_counts(name, points, above=0)
             if any(f <= 0 for _, f in points):
                 raise ValueError(f"host.{name} factors must be positive, got {points}")
+        for name in ("load_stretch_draws", "load_stretch_beside_draws"):
+            draws = getattr(self, name)
+            if any(f <= 0 for f in draws) or list(draws) != sorted(draws):
+                raise ValueError(f"host.{name} needs positive factors in increasing order, got {draws}")
         for name in ("length_stretch", "length_stretch_beside"):
             points = getattr(self, name)
             if not points:
@@ -344,14 +366,26 @@ class HostSpec:
     def is_modelled(self) -> bool:
         return self.num_cores > 0
 
-    def load_factor(self, num_streams: int, beside: bool = False) -> float:
+    @property
+    def draws_stretch(self) -> bool:
+        """Whether a prefill's stretch is drawn per step (`load_stretch_draws` measured)."""
+        return self.is_modelled and bool(self.load_stretch_draws)
+
+    def load_factor(self, num_streams: int, beside: bool = False, quantile: float | None = None) -> float:
         """How many times longer a prefill step or the request path takes with `num_streams`
         requests streaming on the host (`beside`: a prefill on a prefill-only engine, priced by
         `load_stretch_beside` when measured): 1 at none, the measured points joined linearly,
         beyond the last along its last segment; never below 1 (a measured point below 1 is
-        noise: a load does not speed a prefill up)."""
+        noise: a load does not speed a prefill up). With `quantile` (a prefill step's draw) and
+        the draws measured, the draw at that quantile instead, whatever the count (the probes'
+        counts are pooled in them)."""
+        if not self.is_modelled or num_streams <= 0:
+            return 1.0
+        draws = self.load_stretch_beside_draws if beside and self.load_stretch_beside_draws else self.load_stretch_draws
+        if quantile is not None and draws:
+            return max(1.0, _quantile(draws, quantile))
         stretch = self.load_stretch_beside if beside and self.load_stretch_beside else self.load_stretch
-        if not self.is_modelled or not stretch or num_streams <= 0:
+        if not stretch:
             return 1.0
         return max(1.0, _joined(((0, 1.0), *stretch), num_streams))
 
@@ -505,6 +539,17 @@ def _held(points: tuple[tuple[int, float], ...], length: int) -> float:
     if length >= points[-1][0]:
         return points[-1][1]
     return _joined(points, length)
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The `q`-quantile (0 <= q < 1) of the sorted `values`, interpolated linearly between
+    neighbours (numpy's default; q = 0.5 gives the median)."""
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"a quantile lies in [0, 1], got {q}")
+    at = q * (len(values) - 1)
+    lo = int(at)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (at - lo)
 
 
 def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:

@@ -20,6 +20,7 @@ arriving together can share a first step (the seeds' batches).
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -120,6 +121,10 @@ class Simulator:
         self.prompt_prefilled_s: dict[str, float] = {}  # SimResult.prompt_prefilled_s
         # When each worker's last step ended: its processes spin for SPIN_WINDOW_S after it (host.py).
         self._last_step_end_s: dict[str, float] = {}
+        # Where the host draws each prefill step's stretch (stretch-draws, host.py): the quantile
+        # drawn as the worker's current step started, kept while the load re-stretches it.
+        self._draws = random.Random(cluster.host.draw_seed) if cluster.host.draws_stretch else None
+        self._quantile: dict[str, float] = {}
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -196,6 +201,8 @@ class Simulator:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
                 # a prefill loses a share of its core to the streams' work elsewhere (decode
                 # steps: their excess is the delay below)
+                if self._draws is not None and plan.chunks:
+                    self._quantile[worker_id] = self._draws.random()
                 factor = self._prefill_factor(worker_id, self._num_streams(plan), plan) if plan.chunks else 1.0
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens, plan.duration_s * factor,
                                             self._neighbour_spinning(worker_id, now_s))
@@ -259,10 +266,12 @@ class Simulator:
     def _load_factor(self, worker_id: str, num_streams: int, prefill_only: bool) -> float:
         """The prefill's factor on `worker_id` as the load probe's prompt would meet it."""
         host = self.cluster.host
+        quantile = self._quantile.get(worker_id)
         if host.stretch_rule == STRETCH_STREAMS:
-            return host.load_factor(num_streams, beside=prefill_only)
+            return host.load_factor(num_streams, beside=prefill_only, quantile=quantile)
         if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:
-            return host.load_factor(num_streams, beside=prefill_only or self._prefill_only_prefilling(worker_id))
+            return host.load_factor(num_streams, beside=prefill_only or self._prefill_only_prefilling(worker_id),
+                                    quantile=quantile)
         assert host.stretch_rule == STRETCH_DECODE_NEIGHBOUR, host.stretch_rule
         # what the probes measured, in the cases they measured: beside another engine's decode
         # steps, beside another engine's prefill, and (hybrid, on the engine that streams)
@@ -270,12 +279,12 @@ class Simulator:
         factor = 1.0
         neighbours = [w.current for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
         if any(step.decodes and not step.chunks for step in neighbours):
-            factor = host.load_factor(num_streams, beside=prefill_only)
+            factor = host.load_factor(num_streams, beside=prefill_only, quantile=quantile)
         if any(step.chunks for step in neighbours):
             # beside a neighbour's prefill: measured on its own (bench.prefill_beside)
             factor = max(factor, host.prefill_neighbour_factor())
         if not prefill_only and self._prefill_only_prefilling(worker_id):
-            factor = max(factor, host.load_factor(num_streams, beside=True))
+            factor = max(factor, host.load_factor(num_streams, beside=True, quantile=quantile))
         return factor
 
     def _is_prefill_only(self, worker_id: str) -> bool:

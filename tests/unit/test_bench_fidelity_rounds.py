@@ -216,3 +216,18 @@ def test_the_host_probe_scales_the_measurements_to_the_runs_slower_host(tmp_path
     probed = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS, speed="probe")
     assert probed["pooled_within_tolerance"] == probed["pooled_checks"] == 3
     assert [f for r in probed["host_slowdowns"] for _, _, f in r] == [pytest.approx(2.0)] * 2
+
+
+def test_each_round_is_simulated_with_draws_of_its_own(tmp_path, cal, model_dir, monkeypatch):  # noqa: F811
+    # A form that draws (stretch-draws) gives each round its own seed: the simulated rounds are
+    # as many realisations as the live ones, not one repeated.
+    import bench.fidelity_rounds as fr
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 0.0])
+    seeds = []
+
+    def recording(*args, **kwargs):
+        seeds.append(kwargs["draw_seed"])
+        return sf.run_fidelity(*args, **kwargs)
+    monkeypatch.setattr(fr, "run_fidelity", recording)
+    fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    assert seeds == [0, 1, 2]

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pooled_measurements import flat_stretch, hardware_measurements, pooled_measurements, pooled_record
+from bench.pooled_measurements import (flat_stretch, hardware_measurements, pooled_measurements, pooled_record,
+                                       stretch_ratios)
 from tests.unit.test_bench_sim_fidelity import cal  # noqa: F401  (shared fixture)
 
 
@@ -147,6 +148,20 @@ def test_a_flat_stretch_pools_every_probe_beside_streams_over_its_own_records_al
                                                            [8, pytest.approx(1.65)]]
     with pytest.raises(ValueError, match="stretch must be one of"):
         hardware_measurements([{"colocated": a}], shapes, stretch="mean")
+
+
+def test_the_draws_are_every_probe_beside_streams_over_its_own_records_alone_sorted(cal):  # noqa: F811
+    a = probed([0.1, 0.1, 0.1], {2: [0.22], 4: [0.13], 8: [0.18]}, cal)
+    b = probed([0.2, 0.2, 0.2], {2: [0.3], 4: [0.36]}, cal)
+    assert stretch_ratios([a, b]) == pytest.approx([1.3, 1.5, 1.8, 1.8, 2.2])
+    assert flat_stretch([a, b]) == pytest.approx(1.8)  # their median
+    assert stretch_ratios([{"host": {}}]) == [] and stretch_ratios([a], "load_probe_beside") == []
+    # The hardware form keeps them beside the points (either stretch form), for the form that draws.
+    for stretch in ("flat", "counts"):
+        out = hardware_measurements([{"colocated": a, "adaptive": b}], {"colocated": "x", "adaptive": "x"},
+                                    stretch=stretch)[0]
+        assert out["colocated"]["host"]["load_stretch_draws"] == pytest.approx([1.3, 1.5, 1.8, 1.8, 2.2])
+        assert "load_stretch_beside_draws" not in out["colocated"]["host"]  # no probe on a prefill-only engine
 
 
 def test_hardware_shifts_the_mix_loops_points_at_their_own_context(cal):  # noqa: F811

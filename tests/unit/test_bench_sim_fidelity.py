@@ -494,6 +494,31 @@ def test_decode_neighbour_with_mix_growth_is_mix_growth_without_the_two_probes_b
         host_of("disaggregated", "disaggregated.yaml", "mix-growth", {**record, "host": host})
 
 
+def test_the_stretch_draws_form_is_decode_neighbour_with_mix_drawing_among_the_load_probes(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]],
+            "load_probe": {"samples": {"0": [0.1, 0.1, 0.1], "1": [0.16, 0.12], "2": [0.14]}},
+            "load_probe_beside": {"samples": {"0": [0.2, 0.2], "1": [0.5, 0.3]}}}
+    record = {**cal, "host": host, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+    def host_of(rec=record, **kw):
+        return build_cluster(sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), rec, model_dir, **kw),
+                             "hybrid adaptive").host
+    drawn = host_of(host_form="stretch-draws", draw_seed=5)
+    # each probe's TTFT beside streams over its own probe's median alone, sorted
+    assert drawn.load_stretch_draws == pytest.approx((1.2, 1.4, 1.6))
+    assert drawn.load_stretch_beside_draws == pytest.approx((1.5, 2.5))
+    assert drawn == replace(host_of(), load_stretch_draws=drawn.load_stretch_draws,
+                            load_stretch_beside_draws=drawn.load_stretch_beside_draws, draw_seed=5)
+    # the hardware measurements' draws, pooled over alike deployments, before the record's own probes
+    pooled = {**record, "host": {**host, "load_stretch_draws": [1.05, 1.9]}}
+    assert host_of(pooled, host_form="stretch-draws").load_stretch_draws == (1.05, 1.9)
+    with pytest.raises(ValueError, match="prompts alone and beside streams"):
+        host_of({**record, "host": {k: v for k, v in host.items() if not k.startswith("load_probe")}},
+                host_form="stretch-draws")
+
+
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
