@@ -294,7 +294,10 @@ MEASURED_SINCE = (
 # out against path-beside's 291 and 533; fresh, on the two runs of four rounds pooled (83 and 84),
 # 47 and 44 of 48 against 46 and 42, held out 184 and 162 of 192 against 179 and 161 (the live
 # rounds 166 and 138). It trades colocated (closer) against hybrid (further), and has adaptive's
-# figures within 20% on all 24 of those runs against 21.
+# figures within 20% on all 24 of those runs against 21. stretch-draws (stop 48) draws each prefill's
+# stretch among the load probes' own prompts instead of taking their median: over runs 85-88, 102
+# of 120 pooled and 396 of 480 held out against 100 and 392 (medians over five sets of seeds), a
+# tie that leaves hybrid's p99 TTFT where it was on the fresh run 88.
 DEFAULT_HOST_FORM = "decode-neighbour+mix"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)

@@ -214,12 +214,15 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   median alone, every count pooled, as the hardware measurements' flat stretch), not their
   median: the step takes the factor at a quantile drawn when it starts (seeded, `draw_seed`) and
   keeps that quantile while the load changes under it. The probe's prompts beside streams
-  scatter (on runs 85-87 the standard deviation of their logs was 0.05-0.37 per count, 0.01-0.10
+  scatter (on runs 85-87 the standard deviation of their logs was 0.02-0.37 per count, 0.01-0.10
   alone), and so do the run's: a 3,801-token prompt at hybrid's prefill-only engine, nothing
   queued before it, took 1.23, 1.38, 0.99 and 1.44 s there in the four rounds of run 87 at 6.23
   req/s, where the simulator gave 0.89 s each time. A p99 over four rounds of 240 is about the
-  tenth-longest of 960 TTFTs, and on hybrid the longest dozen are three long prompts four times
-  each: a model at the median puts all four copies of each at its median.
+  tenth-longest of 960 TTFTs, and on hybrid the longest dozen are four or five long prompts in
+  up to four rounds each: a model at the median puts every copy of each at its median. Over
+  runs 85-88 (medians over five sets of seeds), 102 of 120 figures within 20% pooled and 396 of
+  480 held out, against decode-neighbour+mix's 100 and 392: a tie, hybrid's p99 TTFT closer by
+  1-7 points at six of eight rates on runs 86-87 and not on run 88. Not the default.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
