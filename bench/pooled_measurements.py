@@ -134,7 +134,11 @@ def flat_stretch(records: Sequence[Mapping[str, Any]], probe: str = "load_probe"
     2.24 / 1.84 / 1.63 and 1.48 / 1.86 / 1.61 at 2 / 4 / 8 streams: no steady growth with the
     count (likely because what takes the prefill's core share is the other engine's loop,
     spinning once it steps at all, more than the tokens streamed), so the counts are pooled."""
-    ratios = stretch_ratios(records, probe)
+    return _median_stretch(stretch_ratios(records, probe))
+
+
+def _median_stretch(ratios: Sequence[float]) -> float | None:
+    """The flat stretch of `ratios` (`stretch_ratios`): their median, never below 1; None for none."""
     return max(1.0, float(statistics.median(ratios))) if ratios else None
 
 
@@ -182,12 +186,12 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
     for shape in dict.fromkeys(shape_of[label] for label, _ in records):
         alike = [rec for label, rec in records if shape_of[label] == shape]
         by_shape[shape] = pooled_record(alike)
+        ratios = {key: stretch_ratios(alike, probe) for key, probe in STRETCH_PROBES}
         if stretch == "flat":
-            by_shape[shape] = with_flat_stretch(by_shape[shape], {key: flat_stretch(alike, probe)
-                                                                  for key, probe in STRETCH_PROBES})
+            flat = {key: _median_stretch(r) for key, r in ratios.items()}
+            by_shape[shape] = with_flat_stretch(by_shape[shape], flat)
         # every alike probe, for a form that draws the stretch instead of taking its median
-        by_shape[shape] = with_stretch_draws(by_shape[shape], {key: stretch_ratios(alike, probe)
-                                                               for key, probe in STRETCH_PROBES})
+        by_shape[shape] = with_stretch_draws(by_shape[shape], ratios)
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
 
 

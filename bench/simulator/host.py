@@ -231,6 +231,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Sequence
 
+import numpy as np
+
 from schedulers.step_time import COEFFICIENTS
 
 # vLLM's shm_broadcast.SpinCondition busy_loop_s: how long an engine's processes poll on
@@ -545,14 +547,11 @@ def _held(points: tuple[tuple[int, float], ...], length: int) -> float:
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
-    """The `q`-quantile (0 <= q < 1) of the sorted `values`, interpolated linearly between
-    neighbours (numpy's default; q = 0.5 gives the median)."""
+    """The `q`-quantile (0 <= q <= 1) of `values`, interpolated linearly between neighbours
+    (numpy's default; q = 0.5 gives the median)."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"a quantile lies in [0, 1], got {q}")
-    at = q * (len(values) - 1)
-    lo = int(at)
-    hi = min(lo + 1, len(values) - 1)
-    return values[lo] + (values[hi] - values[lo]) * (at - lo)
+    return float(np.quantile(values, q))
 
 
 def _joined(points: tuple[tuple[int, float], ...], n: int) -> float:
