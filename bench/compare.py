@@ -37,6 +37,8 @@ import yaml
 
 from bench.capacity import (CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, Capacity, parse_loads, rates_at,
                             steady_capacity)
+from bench.engine_stalls import (DEFAULT_MIN_EXCESS_S, DEFAULT_RATIO, STALLS_FILE, STEPS_FILE, stall_words,
+                                 stalls_table, sweep_stalls)
 from bench.host_speed import HostSpeedProbe
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown, write_summary)
@@ -118,6 +120,15 @@ def write_predictions(dep: Any, path: Path) -> None:
     import ray
 
     write_json(path, ray.get(dep.router.prediction_errors.remote()))
+
+
+def write_engine_steps(dep: Any, path: Path) -> None:
+    """Every step each engine timed since it started (vLLM's iteration details, kept by
+    pd_serve.engine_stats): what `bench.engine_stalls` finds the stalls in."""
+    import ray
+
+    write_json(path, {wid: {"role": dep.infos[wid].role if wid in dep.infos else None,
+                            "steps": ray.get(w.steps.remote())} for wid, w in dep.workers.items()})
 
 
 def loop_line(report: dict[str, dict]) -> str:
@@ -294,6 +305,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
             client.uninstall()
             write_predictions(dep, out / label / "predictions.json")
+            write_engine_steps(dep, out / label / STEPS_FILE)
             gc_pauses[label], loop_stalls[label] = process_reports(dep, client)
             print(f"    longest GC pause: {gc_line(gc_pauses[label])}", file=sys.stderr, flush=True)
             print(f"    event-loop stalls: {loop_line(loop_stalls[label])}", file=sys.stderr, flush=True)
@@ -431,7 +443,22 @@ def main(argv: list[str] | None = None) -> int:
     if "capacity" in result:
         table = f"{Capacity(**result['capacity']).line()}; loads {result['loads']}\n\n{table}"
     write_summary(out, result, table)
+    if args.experiment == "rates":
+        report_stalls(out / "summary.json")
     return 0
+
+
+def report_stalls(summary_path: Path) -> None:
+    """The sweep's engine stalls (bench.engine_stalls), printed and saved beside its summary."""
+    try:
+        rows = sweep_stalls(summary_path)
+    except (FileNotFoundError, ValueError) as err:  # the sweep's results stand without it
+        print(f"engine stalls not found: {err}", file=sys.stderr, flush=True)
+        return
+    print(f"\nengine steps {stall_words()} (bench.engine_stalls):\n{stalls_table(rows)}",
+          file=sys.stderr, flush=True)
+    write_json(summary_path.parent / STALLS_FILE, {"live": str(summary_path), "ratio": DEFAULT_RATIO,
+                                                    "min_excess_s": DEFAULT_MIN_EXCESS_S, "runs": rows})
 
 
 if __name__ == "__main__":

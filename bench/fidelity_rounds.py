@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from bench.compare import RATES_SYSTEMS
 from bench.live_spread import spread, spread_counts
@@ -79,7 +79,9 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          tolerance: float = TOLERANCE, progress: bool = True,
                          systems: Mapping[str, str] = RATES_SYSTEMS,
                          measurements: str = "own", speed: str = "none",
-                         stretch: str = DEFAULT_STRETCH) -> dict[str, Any]:
+                         stretch: str = DEFAULT_STRETCH,
+                         stalled: Collection[tuple[str, str, float]] = (),
+                         stall_events: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
     (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
     with what its deployment measured before its run, or "pooled", every round of a system with
@@ -87,7 +89,10 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     system and round and the rest over the systems of the same workers (`bench.pooled_measurements`).
     `speed`: "probe" scales each run's measurements by the host's slowdown during it against
     during them (`bench.speed_scaled`; the sweep's `host_speed` samples), "none" leaves them.
-    `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`)."""
+    `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`).
+    `stalled`: (round, system, rate) of the live runs that held an engine stall
+    (`bench.engine_stalls`), for the pool without them (`stall_free`). `stall_events`: engine
+    stalls simulated as rare events (`bench.engine_stalls.stall_model`), round k's drawn from seed k."""
     if speed not in SPEED_FORMS:
         raise ValueError(f"speed must be one of {SPEED_FORMS}, got {speed!r}")
     if measurements not in MEASUREMENTS:
@@ -121,7 +126,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
                                      progress=progress, host_form=host_form, sim_records=sim,
                                      speed=None if slowdowns_by_round is None else slowdowns_by_round[k],
-                                     draw_seed=k))
+                                     draw_seed=k, stalls=stall_events))
         sim_runs.append(sim)
         live_runs.append({key: live_records(round_dir, *key) for key in sim})
     keys = [key for key in sim_runs[0] if all(key in run for run in sim_runs)]
@@ -148,7 +153,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          "sim_vs_own_live_ok": own_ok,
                          "per_metric": _per_metric(rest, live_k, sim_k, tolerance),
                          "per_rate": _per_rate(rest, live_k, sim_k, tolerance)})
-    return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form,
+    return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form, "stall_events": stall_events,
             "measurements": measurements, "speed": speed, "stretch": stretch,
             "host_slowdowns": None if slowdowns_by_round is None else
             [[[label, rate, f] for (label, rate), f in r.items()] for r in slowdowns_by_round],
@@ -158,6 +163,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
             "pooled_spread": spread_counts(pooled_rows),
             "by_rate": by_rate(pooled_rows, held_out, (top.get("capacity") or {}).get("rps")),
             "halves": halves(top["round_dirs"], live_runs, sim_runs, keys, slo, tolerance),
+            "stall_free": stall_free(top["round_dirs"], live_runs, sim_runs, keys, stalled, slo, tolerance),
             "round_rows": own_rows}
 
 
@@ -182,6 +188,25 @@ def halves(names: Sequence[str], live_runs: Sequence[Mapping[Key, Sequence[Reque
             "live_second_vs_first": second_ok,
             "live_first_vs_second": count_ok(live_b, live_a, tolerance)[0],
             "sim_first": count_ok(live_a, sim_a, tolerance)[0], "sim_second": count_ok(live_b, sim_b, tolerance)[0]}
+
+
+def stall_free(names: Sequence[str], live_runs: Sequence[Mapping[Key, Sequence[RequestRecord]]],
+               sim_runs: Sequence[Mapping[Key, Sequence[RequestRecord]]], keys: Sequence[Key],
+               stalled: Collection[tuple[str, str, float]], slo: SloSpec, tolerance: float) -> list[dict[str, Any]]:
+    """For each system and rate with a round that held an engine stall and a round that did not:
+    live and simulated pooled over the rounds without one. This sizes what the stalls do to a
+    figure; the target is judged on every round, since a stall is part of what the host serves."""
+    rows = []
+    for label, rate in keys:
+        kept = [k for k, name in enumerate(names) if (name, label, rate) not in stalled]
+        if len(kept) in (0, len(names)):
+            continue
+        live_pool = pooled_summary([live_runs[k][(label, rate)] for k in kept], slo)
+        sim_pool = pooled_summary([sim_runs[k][(label, rate)] for k in kept], slo)
+        rows.append({"system": label, "rate": rate, "rounds": [names[k] for k in kept],
+                     "requests": live_pool["num_requests"],
+                     "metrics": compare_summaries(live_pool, sim_pool, tolerance)})
+    return rows
 
 
 def halves_line(h: Mapping[str, Any] | None, tolerance: float) -> str | None:

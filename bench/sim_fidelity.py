@@ -73,6 +73,7 @@ import yaml
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, rates_workload
 from bench.decode_growth import measure_decode_growth
+from bench.engine_stalls import STALLS_FILE, stall_model, stall_words, stalled_runs
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.length_stretch import measure_length_stretch
@@ -162,6 +163,11 @@ LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 PATH_SLOPE_FORMS = ("load-path",)
+
+
+# Each simulated run (system, rate) of round k draws its stalls from seed 1000 k + its index: one
+# stream per run, as the live runs each had their own.
+STALL_SEEDS_PER_ROUND = 1000
 
 
 class Measured(NamedTuple):
@@ -566,10 +572,12 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM, draw_seed: int = 0) -> SimConfig:
+                   host_form: str = DEFAULT_HOST_FORM, draw_seed: int = 0,
+                   stalls: Mapping[str, Any] | None = None) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
     with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it).
-    `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws.
+    `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws. `stalls`: engine stalls
+    as rare events (`bench.engine_stalls.stall_model`, with the run's own `stall_seed`).
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -620,6 +628,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              f"engines probed at once (the record's router_calibration, measured since "
                              f"2026-12-01); this record has {together.get('probed', 'none')!r}")
         host_spec["neighbour"] = {k: float(together[k]) for k in COEFFICIENTS}
+    if stalls:  # last: the forms above read an empty host_spec as a host not measured
+        host_spec.update(stalls)
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
         "name": f"{cfg.name}-cpu-calibrated", "model": model, "hardware": "cpu",
@@ -857,13 +867,15 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  host_form: str = DEFAULT_HOST_FORM,
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
                  speed: Mapping[tuple[str, float], float] | None = None,
-                 draw_seed: int = 0) -> list[dict[str, Any]]:
+                 draw_seed: int = 0, stalls: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
     `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
     when given, receives each (system, rate)'s simulated records. `speed`, when given: (system,
     rate) -> the host's slowdown during that run, by which its measured times are scaled
-    (`bench.speed_scaled`). `draw_seed`: the seed of a drawing host form's draws (DRAW_FORMS)."""
+    (`bench.speed_scaled`). `draw_seed`: the seed of a drawing host form's draws (DRAW_FORMS) and
+    of the stalls'. `stalls`: engine stalls as rare events (`bench.engine_stalls.stall_model`), each
+    run's drawn from a seed of its own (`stall_seed`)."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -883,7 +895,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             factor = (speed or {}).get((label, rate))
             rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
             step_model = step_model_from_calibration(rate_cal)
-            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed)
+            run_stalls = None if not stalls else {**stalls, "stall_seed": STALL_SEEDS_PER_ROUND * draw_seed + len(rows)}
+            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls)
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)
@@ -915,6 +928,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "metrics": metrics, "live_routes": live_summary.get("routes"),
                          "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
+                         "sim_stalls": result.num_stalls,
                          "calibration_measured_with_live_run": label in (live.get("measured") or {}),
                          "host_slowdown": factor,
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
@@ -1012,9 +1026,22 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
             print(f"bench.sim_fidelity: {name} holds no measurements of {', '.join(missing)}; give "
                   f"--calibration, or pass one round's summary to have one measured", file=sys.stderr)
             return 2
+    stalls_path = Path(args.stalls) if args.stalls else live_path.parent / STALLS_FILE
+    stalls = json.loads(stalls_path.read_text()) if stalls_path.is_file() else None
+    stalled = None if stalls is None else stalled_runs(stalls["runs"])
+    if args.stalls and stalled is None:
+        print(f"bench.sim_fidelity: no {stalls_path} (python -m bench.engine_stalls writes it)", file=sys.stderr)
+        return 2
+    events = None
+    if args.stall_events:
+        events = stall_model([r for path in args.stall_events for r in json.loads(Path(path).read_text())["runs"]])
+        print(f"engine stalls as rare events ({', '.join(args.stall_events)}): "
+              f"{events['stall_per_prefill_step'] * 1e3:.2f} per 1,000 steps that prefill, "
+              f"{len(events['stall_excess_s'])} excesses of {statistics.median(events['stall_excess_s']):.2f} s "
+              f"median", file=sys.stderr, flush=True)
     result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
                                   systems=systems_of(live), measurements=args.measurements, speed=args.speed,
-                                  stretch=args.stretch)
+                                  stretch=args.stretch, stalled=stalled or (), stall_events=events)
     n_rounds = len(result["rounds"])
     with_what = {"own": "its own measurements",
                  "pooled": "the median of the system's measurements over all rounds",
@@ -1043,6 +1070,15 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     print(f"\nheld out, all rounds: live {live_ok}/{checks}, simulated {sim_ok}/{checks}")
     if (line := halves_line(result["halves"], args.tolerance)) is not None:
         print(f"\n{line}")
+    if stalled is None:
+        print(f"\nno {stalls_path}: the runs that held an engine stall are not known (bench.engine_stalls)")
+    elif result["stall_free"]:
+        print(f"\nWithout the rounds whose run held an engine stall ({stalls_path}: a step "
+              f"{stall_words(stalls['ratio'], stalls['min_excess_s'])}), live and simulated pooled over the "
+              f"other rounds. This only sizes what the stalls did; the target is judged on every round\n")
+        print(fidelity_table(result["stall_free"], args.tolerance))
+    else:
+        print(f"\nno run held an engine stall ({stalls_path})")
     print(f"\nBy rate, and its load where the sweep measured the colocated capacity: at a load of 1 a Poisson "
           f"queue has no steady state, and Vidur states its fidelity at 0.85 (bench.fidelity_rounds)\n")
     print(by_load_table(result["by_rate"]))
@@ -1119,6 +1155,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --measurements hardware: the prefill's stretch beside streams as one factor "
                          "over every probe of the deployments alike (flat, the default), or the probe's "
                          "median at each count of streams (counts); bench.pooled_measurements.flat_stretch")
+    ap.add_argument("--stalls", default=None,
+                    help=f"a --rounds sweep: the runs' engine stalls (bench.engine_stalls; default: {STALLS_FILE} "
+                         f"beside --live, where there is one), for the pool without the rounds that held one")
+    ap.add_argument("--stall-events", action="append", default=[], metavar="STALLS_JSON",
+                    help="a --rounds sweep: simulate engine stalls as rare events, at the rate and of the "
+                         "lengths that these runs' stalls had (bench.engine_stalls files, pooled; give "
+                         "other sweeps' to keep it out of sample)")
     args = ap.parse_args(argv)
 
     live_path = Path(args.live)
@@ -1136,9 +1179,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as err:  # a record without what the host form asked for, named
             print(f"bench.sim_fidelity: {err}", file=sys.stderr)
             return 2
-    if args.speed != "none":
-        print("bench.sim_fidelity: --speed needs a --rounds sweep's summary", file=sys.stderr)
-        return 2
+    for given, flag in ((args.speed != "none", "--speed"), (args.stalls, "--stalls"),
+                        (args.stall_events, "--stall-events")):
+        if given:
+            print(f"bench.sim_fidelity: {flag} needs a --rounds sweep's summary", file=sys.stderr)
+            return 2
     if live.get("experiment") != "rates":
         print(f"bench.sim_fidelity: {live_path} is not a `bench.compare --experiment rates` summary",
               file=sys.stderr)

@@ -16,7 +16,10 @@ from typing import Any
 
 from vllm.v1.metrics.loggers import StatLoggerBase
 
-MAX_STEPS_KEPT = 4096
+# A deployment's every step over a benchmark sweep (bench.compare saves them for bench.engine_stalls):
+# a rates round of 4 x 240 requests takes up to ~9,000 steps per engine on this host (run 88), each
+# record a few hundred bytes: 8 MB at most per worker.
+MAX_STEPS_KEPT = 32768
 STALE_TRANSFER_S = 600.0  # a transfer nobody claimed for this long belonged to an aborted request
 
 

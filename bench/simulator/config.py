@@ -176,12 +176,17 @@ class HostConfig(_Strict):
     load_stretch_draws: list[float] = Field(default_factory=list)
     load_stretch_beside_draws: list[float] = Field(default_factory=list)
     draw_seed: int = 0
+    # engine stalls as rare events (bench.engine_stalls): a prefill step's chance of one, and the
+    # seconds one adds, sorted (drawn uniformly)
+    stall_per_prefill_step: float = Field(0.0, ge=0, lt=1)
+    stall_excess_s: list[float] = Field(default_factory=list)
+    stall_seed: int = 0
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
                 "decode_beside_handover", "step_excess_mix", "path_beside_streams", "length_stretch",
                 "length_stretch_beside", "length_alone", "length_alone_beside")
-        draws = ("load_stretch_draws", "load_stretch_beside_draws")
+        draws = ("load_stretch_draws", "load_stretch_beside_draws", "stall_excess_s")
         values = self.model_dump(exclude={"neighbour", *keys, *draws})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

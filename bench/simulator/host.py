@@ -291,7 +291,11 @@ class HostSpec:
     its calibrated time as well (`alone_factor`). `load_stretch_draws` (and
     `load_stretch_beside_draws`): the factors the load probe measured one prompt at a time beside
     streams, sorted; with them, a stretched prefill takes the one at its step's drawn quantile
-    instead of the points (`load_factor`), the quantiles drawn from `draw_seed`."""
+    instead of the points (`load_factor`), the quantiles drawn from `draw_seed`.
+    `stall_per_prefill_step` and `stall_excess_s`: engine stalls as rare events
+    (`bench.engine_stalls`): a step that prefills stalls with that probability, and then runs
+    longer by one of those seconds (sorted, drawn uniformly), the draws seeded from `stall_seed`
+    (its own: each run of a sweep has one of its own, or every run would stall at the same step)."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -320,6 +324,9 @@ class HostSpec:
     load_stretch_draws: tuple[float, ...] = ()
     load_stretch_beside_draws: tuple[float, ...] = ()
     draw_seed: int = 0
+    stall_per_prefill_step: float = 0.0
+    stall_excess_s: tuple[float, ...] = ()
+    stall_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -356,6 +363,14 @@ class HostSpec:
             draws = getattr(self, name)
             if any(f <= 0 for f in draws) or list(draws) != sorted(draws):
                 raise ValueError(f"host.{name} needs positive factors in increasing order, got {draws}")
+        if not 0 <= self.stall_per_prefill_step < 1:
+            raise ValueError(f"host.stall_per_prefill_step is a probability below 1, "
+                             f"got {self.stall_per_prefill_step}")
+        if self.stall_per_prefill_step > 0 and not self.stall_excess_s:
+            raise ValueError("host.stall_per_prefill_step needs stall_excess_s, the seconds a stall adds")
+        if any(x <= 0 for x in self.stall_excess_s) or list(self.stall_excess_s) != sorted(self.stall_excess_s):
+            raise ValueError(f"host.stall_excess_s needs positive seconds in increasing order, "
+                             f"got {self.stall_excess_s}")
         for name in ("length_stretch", "length_stretch_beside"):
             points = getattr(self, name)
             if not points:
@@ -370,6 +385,11 @@ class HostSpec:
     @property
     def is_modelled(self) -> bool:
         return self.num_cores > 0
+
+    @property
+    def stalls(self) -> bool:
+        """Whether prefill steps stall now and then (`stall_per_prefill_step`)."""
+        return self.stall_per_prefill_step > 0
 
     @property
     def draws_stretch(self) -> bool:

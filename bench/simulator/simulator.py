@@ -40,6 +40,7 @@ from schedulers.step_time import COEFFICIENTS
 from schedulers.types import ROLE_PREFILL, ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
 
 DEFAULT_MAX_EVENTS = 20_000_000
+STALL_SEED_SALT = 1_000_003  # the stalls' draws: seed stall_seed + this, apart from the stretch's
 
 
 @dataclass(eq=False)
@@ -72,6 +73,7 @@ class SimResult:
     # disaggregated request when that engine's prefill was done (`bench.ttft_split`)
     prompt_reached_s: dict[str, float] = field(default_factory=dict)
     prompt_prefilled_s: dict[str, float] = field(default_factory=dict)
+    num_stalls: int = 0  # engine stalls drawn (HostSpec.stall_per_prefill_step)
 
     @property
     def num_leaked_blocks(self) -> int:
@@ -125,6 +127,10 @@ class Simulator:
         # drawn as the worker's current step started, kept while the load re-stretches it.
         self._draws = random.Random(cluster.host.draw_seed) if cluster.host.draws_stretch else None
         self._quantile: dict[str, float] = {}
+        # Engine stalls as rare events (host.py): a stream of their own, so that a form that also
+        # draws the stretch draws the same quantiles with them or without.
+        self._stall_draws = random.Random(STALL_SEED_SALT + cluster.host.stall_seed) if cluster.host.stalls else None
+        self.num_stalls = 0
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -195,6 +201,7 @@ class Simulator:
             self._start_transfer(loading, now_s)
         if not plan.is_empty:
             host = self.cluster.host
+            stall_s = self._stall_s(plan)
             if host.is_modelled:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
@@ -210,6 +217,7 @@ class Simulator:
                     delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
+                delay_s += stall_s  # a stall's seconds do not stretch with the load
                 if plan.chunks or host.path_cores > 0:
                     # the prefill's share, and any step's share lost to the requests on their
                     # request path, re-read as they come and go
@@ -219,8 +227,20 @@ class Simulator:
                     plan.duration_s = step.end_s - now_s
                 else:
                     plan.duration_s += delay_s
+            else:
+                plan.duration_s += stall_s
             worker.start(plan)
             self._push_step_done(worker_id, now_s + plan.duration_s)
+
+    def _stall_s(self, plan: Any) -> float:
+        """The seconds a stall adds to this step: none unless it prefills and the draw says so."""
+        if self._stall_draws is None or not plan.chunks:
+            return 0.0
+        host = self.cluster.host
+        if self._stall_draws.random() >= host.stall_per_prefill_step:
+            return 0.0
+        self.num_stalls += 1
+        return self._stall_draws.choice(host.stall_excess_s)
 
     def _push_step_done(self, worker_id: str, end_s: float) -> None:
         self._step_number[worker_id] += 1
@@ -427,7 +447,7 @@ class Simulator:
         stats = {wid: WorkerStats(w.num_steps, w.num_preemptions, w.busy_s, w.pool.num_used)
                  for wid, w in self.workers.items()}
         return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions,
-                         self.prompt_reached_s, self.prompt_prefilled_s)
+                         self.prompt_reached_s, self.prompt_prefilled_s, self.num_stalls)
 
     def _describe_workers(self) -> str:
         return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "

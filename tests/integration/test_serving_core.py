@@ -18,7 +18,9 @@ import psutil
 import pytest
 import ray
 
+from bench.compare import write_engine_steps
 from bench.decode_growth import MIN_GAPS, measure_decode_growth
+from bench.engine_stalls import STEPS_FILE, run_window, saved_steps
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.length_stretch import measure_length_stretch
@@ -447,6 +449,17 @@ def test_a_paired_run_serves_the_same_workload_on_both_routes_by_turns(hybrid, t
     (row,) = paired_rows(runs, [4.0], slo)
     assert row["colocated_ok"] == [num_within_slos(runs[(k, "colocated", 4.0)], slo) for k in (0, 1)]
     assert not any(wait_until_nothing_left(hybrid)["left"].values())
+    # The engines' own steps, as bench.compare saves them for bench.engine_stalls: inside a run on
+    # route colocated only the engine that does both stepped, and prefilled no more than its prompts.
+    write_engine_steps(hybrid, tmp_path / STEPS_FILE)
+    steps = saved_steps(tmp_path)
+    assert {s["worker"] for s in steps} <= set(hybrid.workers)
+    colocated = [r.to_dict() for r in runs[(0, "colocated", 4.0)]]
+    start, end = run_window(colocated)
+    inside = [s for s in steps if start <= s["t"] <= end]
+    assert {s["worker"] for s in inside} == {"both-0"}
+    assert 0 < sum(s["num_prefill_tokens"] for s in inside) <= sum(r["input_tokens"] for r in colocated)
+    assert all(s["elapsed_s"] > 0 for s in inside)
 
 
 def test_a_prompt_on_a_stalled_prefill_worker_is_taken_back_and_prefilled_locally(hybrid):

@@ -231,3 +231,64 @@ def test_each_round_is_simulated_with_draws_of_its_own(tmp_path, cal, model_dir,
     monkeypatch.setattr(fr, "run_fidelity", recording)
     fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
     assert seeds == [0, 1, 2]
+
+
+def test_the_pool_without_the_stalled_rounds_sizes_what_a_stall_did(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 1.0])
+    late = ("round_2", "colocated", 2.0)
+    result = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
+                                  stalled={late})
+    # Pooled over every round the late round's second misses the TTFTs; without it all agree.
+    assert result["pooled_within_tolerance"] < 3
+    (row,) = result["stall_free"]
+    assert row["rounds"] == ["round_0", "round_1"] and row["requests"] == 2 * result["pooled_rows"][0]["requests"] // 3
+    assert all(m["ok"] for m in row["metrics"].values())
+    # No stalled round, or every round stalled: nothing to set apart.
+    for stalled in (set(), {(f"round_{k}", "colocated", 2.0) for k in range(3)}):
+        assert fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
+                                    stalled=stalled)["stall_free"] == []
+
+
+def test_stalls_simulated_as_rare_events_lengthen_the_ttfts_run_by_run(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0])
+    plain = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS)
+    events = {"stall_per_prefill_step": 0.5, "stall_excess_s": [1.0]}
+    stalled = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
+                                   stall_events=events)
+    counts = [r["sim_stalls"] for rows in stalled["round_rows"] for r in rows]
+    assert all(n > 0 for n in counts) and all(r["sim_stalls"] == 0 for rows in plain["round_rows"] for r in rows)
+    # Each simulated round drew its own stalls (seed k), so the rounds differ where the live ones did not.
+    ttfts = [r["sim_summary"]["ttft_s"]["mean"] for rows in stalled["round_rows"] for r in rows]
+    assert ttfts[0] != ttfts[1]
+    p99 = stalled["pooled_rows"][0]["metrics"]["p99_ttft_s"]
+    assert p99["sim"] > plain["pooled_rows"][0]["metrics"]["p99_ttft_s"]["sim"] + 0.5
+    assert stalled["stall_events"] == events
+
+
+def test_the_command_line_reads_the_sweeps_stalls_and_simulates_other_sweeps(tmp_path, cal, model_dir, monkeypatch,
+                                                                            capsys):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0, 1.0])
+    monkeypatch.setattr(sf, "_default_model_dir", lambda: model_dir)
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(cal))
+    out = str(tmp_path / "fidelity.json")
+    common = ["--live", str(top), "--out", out, "--calibration", str(calibration)]
+    assert sf.main(common) == 0
+    assert "the runs that held an engine stall are not known" in capsys.readouterr().out
+    stall = {"worker": "both-0", "t_s": 3.0, "elapsed_s": 2.0, "predicted_s": 0.1, "num_prefill_tokens": 900,
+             "num_decode_reqs": 0, "excess_s": 1.9}
+    runs = [{"round": f"round_{k}", "system": "colocated", "rate": 2.0, "steps": 40, "prefill_steps": 6,
+             "busy_s": 1.0, "stalls": [stall] if k == 2 else []} for k in range(3)]
+    (tmp_path / "engine_stalls.json").write_text(json.dumps({"ratio": 3.0, "min_excess_s": 0.3, "runs": runs}))
+    assert sf.main(common) == 0
+    printed = capsys.readouterr()
+    assert "Without the rounds whose run held an engine stall" in printed.out
+    assert json.loads(Path(out).read_text())["stall_free"][0]["rounds"] == ["round_0", "round_1"]
+    # Another sweep's stalls as rare events: one in the 18 steps that prefilled, of 1.9 s.
+    assert sf.main([*common, "--stall-events", str(tmp_path / "engine_stalls.json")]) == 0
+    assert "55.56 per 1,000 steps that prefill, 1 excesses of 1.90 s median" in capsys.readouterr().err
+    assert json.loads(Path(out).read_text())["stall_events"]["stall_excess_s"] == [1.9]
+    assert sf.main([*common, "--stalls", str(tmp_path / "none.json")]) == 2
+    single = tmp_path / "round_0" / "summary.json"
+    assert sf.main(["--live", str(single), "--out", out, "--stall-events", str(tmp_path / "engine_stalls.json")]) == 2
+    assert "--stall-events needs a --rounds sweep" in capsys.readouterr().err
