@@ -687,7 +687,10 @@ class Router:
         rid = f"warmup-{p}-{d}-{salt}-{uuid.uuid4().hex[:8]}"
         ids = random_prompt(num_tokens, rid, self.vocab_size)
         dec = Decision(route="disaggregated", decode_worker=d, prefill_worker=p, reason="warm-up")
-        req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1)
+        # A forced route: the adaptive policy's take-back (`_prefill_stalled`) must not fire here.
+        # The first transfer pays the handshake, which no prediction prices; on run 89
+        # (2026-12-06) a warm-up was taken back as a stall and the deployment failed to start.
+        req = GenerateRequest(prompt_token_ids=tuple(ids), max_tokens=1, route="disaggregated")
         kv, fb, _ = await self._remote_prefill(rid, ids, req, dec)
         if kv is None:
             raise RuntimeError(f"handshake warm-up {p}->{d} failed: {fb}")
