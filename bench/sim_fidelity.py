@@ -51,6 +51,14 @@ of 36, against 13, 12, 23 and 25 with their own; held out 149 of 288 against 122
 form reads the prefill's stretch beside streams as one factor over the alike deployments' probes
 (`--stretch flat`, the default since run 61: 15 of 24 pooled against 12 by counts).
 
+Engine stalls (`bench.engine_stalls`: a step at least 3x and 0.3 s over its calibrated time) are
+nothing the probes before a run measure. Where the sweep's `engine_stalls.json` lies beside its
+summary (`bench.compare` writes it; `--stalls` names another), it also prints the pool without
+the rounds whose run held one: this sizes what the stalls did, and the target is still judged on
+every round. `--stall-events FILE` simulates stalls as rare events at the rate and of the lengths
+that FILE's runs had: other sweeps' files keep it out of sample (over runs 85-88, each from the
+other three: a tie with the default, 100 of 120 pooled either way).
+
 Beside the errors it prints where they lie: the mean token gap by what overlapped it
 (`bench.token_gaps`), a decode step's excess by batch with nothing else on the host, and each
 request's TTFT split per length bucket (`bench.ttft_split`): a colocated one into its engine's
