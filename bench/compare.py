@@ -37,8 +37,7 @@ import yaml
 
 from bench.capacity import (CONCURRENCY_PER_ENGINE, REQUESTS_PER_SLOT, Capacity, parse_loads, rates_at,
                             steady_capacity)
-from bench.engine_stalls import (DEFAULT_MIN_EXCESS_S, DEFAULT_RATIO, STALLS_FILE, STEPS_FILE, stall_words,
-                                 stalls_table, sweep_stalls)
+from bench.engine_stalls import STALLS_FILE, STEPS_FILE, stall_words, stalls_table, sweep_stalls, write_stalls
 from bench.host_speed import HostSpeedProbe
 from bench.metrics import (SloSpec, can_plot, markdown_table, plot_rate_sweep, plot_ttft_cdf,
                            summarize, write_json, write_markdown, write_summary)
@@ -457,8 +456,7 @@ def report_stalls(summary_path: Path) -> None:
         return
     print(f"\nengine steps {stall_words()} (bench.engine_stalls):\n{stalls_table(rows)}",
           file=sys.stderr, flush=True)
-    write_json(summary_path.parent / STALLS_FILE, {"live": str(summary_path), "ratio": DEFAULT_RATIO,
-                                                    "min_excess_s": DEFAULT_MIN_EXCESS_S, "runs": rows})
+    write_stalls(summary_path.parent / STALLS_FILE, summary_path, rows)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from bench.metrics import write_json
+from bench.metrics import RequestRecord, write_json
 from bench.rate_rounds import round_summaries
+from bench.speed_scaled import run_window
 from pd_serve.report import format_table
 from schedulers.step_time import StepTimeModel
 
@@ -62,18 +63,12 @@ class Stall:
         return self.elapsed_s - self.predicted_s
 
 
-def decode_context(records: Sequence[Mapping[str, Any]]) -> int:
+def decode_context(records: Sequence[RequestRecord]) -> int:
     """What one decode request of a run is priced at: its mean prompt plus half its mean output."""
     if not records:
         return 0
-    return round(statistics.fmean(r["input_tokens"] for r in records)
-                 + statistics.fmean(r["output_tokens"] for r in records) / 2)
-
-
-def run_window(records: Sequence[Mapping[str, Any]]) -> tuple[float, float]:
-    """(first arrival, last finish) of a run's records, wall clock."""
-    finishes = [r["finish_s"] for r in records if r.get("finish_s") is not None]
-    return min(r["arrival_s"] for r in records), max(finishes or [r["arrival_s"] for r in records])
+    return round(statistics.fmean(r.input_tokens for r in records)
+                 + statistics.fmean(r.output_tokens for r in records) / 2)
 
 
 class RunSteps(NamedTuple):
@@ -159,7 +154,8 @@ def sweep_stalls(live_path: Path, ray_logs: Sequence[Path] = (), ratio: float = 
             steps = saved_steps(round_dir / label)
             model = step_model_from_calibration(measured)
             for rate in live["rates"]:
-                records = json.loads((round_dir / label / f"rate_{rate:g}" / "records.json").read_text())
+                records = [RequestRecord.from_dict(d) for d in
+                           json.loads((round_dir / label / f"rate_{rate:g}" / "records.json").read_text())]
                 if steps is None:
                     if not ray_logs:
                         raise FileNotFoundError(f"{round_dir / label / STEPS_FILE} is missing (a sweep saved "
@@ -187,6 +183,12 @@ def stall_model(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         raise ValueError("no run here prefilled: there is nothing to take a stall's chance from")
     excess = sorted(s["excess_s"] for r in rows for s in r["stalls"])
     return {"stall_per_prefill_step": len(excess) / prefills, "stall_excess_s": excess}
+
+
+def write_stalls(path: Path, live_path: Path, rows: Sequence[Mapping[str, Any]], ratio: float = DEFAULT_RATIO,
+                 min_excess_s: float = DEFAULT_MIN_EXCESS_S) -> None:
+    """The sweep's rows (`sweep_stalls`) and the rule they were found by, as JSON at `path`."""
+    write_json(path, {"live": str(live_path), "ratio": ratio, "min_excess_s": min_excess_s, "runs": list(rows)})
 
 
 def stall_words(ratio: float = DEFAULT_RATIO, min_excess_s: float = DEFAULT_MIN_EXCESS_S) -> str:
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{s['elapsed_s']:.2f} s against {s['predicted_s']:.2f} s ({s['num_prefill_tokens']} prefill "
                   f"tokens, {s['num_decode_reqs']} decodes)")
     out = Path(args.out) if args.out else live_path.parent / STALLS_FILE
-    write_json(out, {"live": str(live_path), "ratio": args.ratio, "min_excess_s": args.min_excess, "runs": rows})
+    write_stalls(out, live_path, rows, args.ratio, args.min_excess)
     print(f"wrote {out}")
     return 0
 

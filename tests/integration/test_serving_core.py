@@ -20,7 +20,8 @@ import ray
 
 from bench.compare import write_engine_steps
 from bench.decode_growth import MIN_GAPS, measure_decode_growth
-from bench.engine_stalls import STEPS_FILE, run_window, saved_steps
+from bench.engine_stalls import STEPS_FILE, saved_steps
+from bench.speed_scaled import run_window
 from bench.host_cpu import BATCH_STREAMS_PER_ENGINE, EXCESS_REPEATS, measure_path_cpu
 from bench.host_load import STREAMS_PER_ENGINE, measure_load_stretch
 from bench.length_stretch import measure_length_stretch
@@ -454,11 +455,11 @@ def test_a_paired_run_serves_the_same_workload_on_both_routes_by_turns(hybrid, t
     write_engine_steps(hybrid, tmp_path / STEPS_FILE)
     steps = saved_steps(tmp_path)
     assert {s["worker"] for s in steps} <= set(hybrid.workers)
-    colocated = [r.to_dict() for r in runs[(0, "colocated", 4.0)]]
+    colocated = runs[(0, "colocated", 4.0)]
     start, end = run_window(colocated)
     inside = [s for s in steps if start <= s["t"] <= end]
     assert {s["worker"] for s in inside} == {"both-0"}
-    assert 0 < sum(s["num_prefill_tokens"] for s in inside) <= sum(r["input_tokens"] for r in colocated)
+    assert 0 < sum(s["num_prefill_tokens"] for s in inside) <= sum(r.input_tokens for r in colocated)
     assert all(s["elapsed_s"] > 0 for s in inside)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from bench import engine_stalls as es
 from bench import sim_fidelity as sf
+from bench.metrics import RequestRecord
 from tests.unit.test_bench_sim_fidelity import cal, model_dir  # noqa: F401  (shared fixtures)
 
 START = 1_796_533_800.0  # a run's first arrival, wall clock
@@ -52,11 +53,11 @@ def test_a_stall_is_both_times_and_seconds_over_the_calibrated_step():
 
 
 def test_a_runs_decodes_are_priced_at_its_mean_prompt_and_half_its_output_and_its_window_is_its_requests():
-    records = [{"input_tokens": 1000, "output_tokens": 32, "arrival_s": START + 1, "finish_s": START + 3},
-               {"input_tokens": 3000, "output_tokens": 32, "arrival_s": START, "finish_s": START + 2},
-               {"input_tokens": 500, "output_tokens": 0, "arrival_s": START + 2, "finish_s": None}]
+    records = [RequestRecord("a", 1000, 32, START + 1, finish_s=START + 3),
+               RequestRecord("b", 3000, 32, START, finish_s=START + 2),
+               RequestRecord("c", 500, 0, START + 2, finish_s=None)]
     assert es.decode_context(records) == round(4500 / 3 + 64 / 3 / 2)
-    assert es.run_window(records) == (START, START + 3)
+    assert es.run_window(records) == (START, START + 3)  # bench.speed_scaled's, which the module reads
     assert es.decode_context([]) == 0
 
 
@@ -89,7 +90,7 @@ def write_sweep(root: Path, cal: dict, steps: list[dict] | None) -> Path:
         run.mkdir(parents=True)
         t0 = START + 100 * k
         run.joinpath("records.json").write_text(json.dumps([
-            {"input_tokens": 100, "output_tokens": 8, "arrival_s": t0, "finish_s": t0 + 10}]))
+            RequestRecord(f"r{k}", 100, 8, t0, finish_s=t0 + 10).to_dict()]))
         (d / "summary.json").write_text(json.dumps({"experiment": "rates", "rates": [2.0],
                                                     "measured": {"colocated": cal}}))
         if steps is not None:
