@@ -910,13 +910,14 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             workload = rates_workload(rate, num_requests, output_tokens)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
-            live_gaps = live_quiet = live_split = live_alone = None
+            live_gaps = live_quiet = live_split = live_alone = live_taken_back = None
             decode_step_s = lambda contexts: step_model.predict(0, 0, contexts)  # noqa: E731
             prefill_s = lambda tokens: step_model.predict(tokens)  # noqa: E731
             if records_path is not None and records_path.is_file():
                 live_records = json.loads(records_path.read_text())
                 matches = same_requests(workload, live_records)
                 parsed = [RequestRecord.from_dict(d) for d in live_records]
+                live_taken_back = sum(1 for r in parsed if r.fallback and "stalled" in r.fallback)
                 live_gaps = gap_summary(classify_gaps(parsed))
                 live_quiet = quiet_excess_by_batch(parsed, decode_step_s)
                 if log is not None:
@@ -936,7 +937,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                          "metrics": metrics, "live_routes": live_summary.get("routes"),
                          "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
-                         "sim_stalls": result.num_stalls,
+                         "sim_stalls": result.num_stalls, "sim_worker_stalls": result.num_worker_stalls,
+                         "sim_taken_back": result.num_taken_back, "live_taken_back": live_taken_back,
                          "calibration_measured_with_live_run": label in (live.get("measured") or {}),
                          "host_slowdown": factor,
                          "live_summary": {k: live_summary[k] for k in ("ttft_s", "tpot_s", "itl_s")},
@@ -956,8 +958,10 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             if progress:
                 errs = ", ".join(f"{n} {_pct(m['rel_error'], tolerance)}" for n, m in metrics.items())
                 slower = "" if factor is None else f"host x{factor:.2f}; "
+                taken = (f"; taken back from a stalled prefill worker live {live_taken_back} sim "
+                         f"{result.num_taken_back}" if live_taken_back or result.num_taken_back else "")
                 print(f"  {label} @ {rate:g} req/s: {slower}{errs}; routes live {live_summary.get('routes')} "
-                      f"sim {_routes(result.records)}", file=sys.stderr, flush=True)
+                      f"sim {_routes(result.records)}{taken}", file=sys.stderr, flush=True)
         if progress:
             print(f"{label}: simulated {len(live['rates'])} rates in {time.perf_counter() - t0:.1f}s",
                   file=sys.stderr, flush=True)

@@ -37,7 +37,7 @@ from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
-from schedulers.stall import stall_s
+from schedulers.stall import worker_silence
 from schedulers.step_time import StepTimeModel
 from schedulers.types import (ROLE_PREFILL, ClusterView, Decision, LinkEstimate, NoCandidateError,
                               RequestInfo, WorkerView)
@@ -252,43 +252,25 @@ class Router:
 
     def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
         """How long `wid` has been silent past twice the longest it could take to give anything
-        back (schedulers/stall.py); logged once per stall. While requests stream from it, that
-        is its longest step; while only prompts wait on it (a prefill worker; a decode-capable
-        one before its first stream), the steps that prefill the oldest of them and the prompts
-        that can share those steps (vLLM runs a worker's prompts first come, first served,
-        batching all that wait when a step begins), and the path outside the engines. Prompts
-        sent after that step began do not lengthen the wait: one sent to a stopped worker would
-        otherwise hide the stop."""
+        back (schedulers/stall.py: `worker_silence`, which the simulated router applies too);
+        logged once per stall."""
         if self.predictor is None:
             return 0.0
         # vLLM counts a prefill worker's prompts as running: none of them decodes
         num_decodes = 0 if self.infos[wid].role == ROLE_PREFILL else max(num_running, len(self.decoding[wid]))
-        if self.decoding[wid]:  # entered at its first token, after last_output_s was set
-            since_s, what = self.last_output_s[wid], "token"
-            longest_wait_s = self.predictor.longest_step_s(num_decodes, speed, self.prefill_queues.longest(wid))
-        elif (oldest := self.prefill_queues.oldest(wid)) is not None:
-            sent_s, _ = oldest
-            since_s = max(sent_s, self.last_output_s.get(wid, sent_s))
-            path_s = max(m.value for m in self.paths.values())
-            # The step that gives the oldest prompt back also holds every prompt that reached the
-            # engine before it began (by `since_s` and the path). Priced over the oldest prompt
-            # alone, in run 85 (2026-12-06) a 1,731-token prompt was taken back from hybrid's
-            # prefill worker 0.86 s into the 1.00 s step that held it and a 1,287-token one sent
-            # 15 ms later; prefilled again behind the decode worker's queue, both waited 2.5 s.
-            num_tokens = self.prefill_queues.num_tokens_sent_by(wid, since_s + path_s)
-            longest_wait_s = self.predictor.prefill_queue_s(num_tokens, num_decodes, speed) + path_s
-            what = "prefilled prompt"
-        else:
-            self.stalled.discard(wid)
-            return 0.0
-        silent_s = max(0.0, time.time() - since_s)
-        stalled = stall_s(silent_s, longest_wait_s)
+        silence = worker_silence(
+            wid, time.time(), num_decodes=num_decodes,
+            streaming=bool(self.decoding[wid]),  # entered at its first token, after last_output_s was set
+            last_output_s=self.last_output_s.get(wid), queues=self.prefill_queues, predictor=self.predictor,
+            speed_factor=speed, path_s=max(m.value for m in self.paths.values()))
+        stalled = 0.0 if silence is None else silence.stall_s()
         if stalled > 0 and wid not in self.stalled:
             self.stalled.add(wid)
             self.counters["worker_stalls"] += 1
             logger.warning("worker %s: no %s for %.2f s while %d requests stream from it and %d prompts "
-                           "wait on it; its predictions wait %.2f s more until it steps again", wid, what,
-                           silent_s, len(self.decoding[wid]), self.prefill_queues.num_prompts(wid), stalled)
+                           "wait on it; its predictions wait %.2f s more until it steps again", wid,
+                           silence.awaited, silence.silent_s, len(self.decoding[wid]),
+                           self.prefill_queues.num_prompts(wid), stalled)
         elif stalled == 0:
             self.stalled.discard(wid)
         return stalled

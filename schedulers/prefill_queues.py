@@ -29,6 +29,9 @@ class PrefillQueues:
         """Its prefill ended (first token or KV ready) or it failed; a second call does nothing."""
         self._prompts[worker_id].pop(key, None)
 
+    def has(self, worker_id: str, key: str) -> bool:
+        return key in self._prompts[worker_id]
+
     def num_tokens(self, worker_id: str) -> int:
         return sum(n for n, _ in self._prompts[worker_id].values())
 
@@ -39,13 +42,9 @@ class PrefillQueues:
         """The longest prompt queued on `worker_id` (0: none)."""
         return max((n for n, _ in self._prompts[worker_id].values()), default=0)
 
-    def oldest(self, worker_id: str) -> tuple[float, int] | None:
-        """When the longest-queued prompt on `worker_id` was sent, and its tokens (None: none)."""
-        prompts = self._prompts[worker_id].values()
-        if not prompts:
-            return None
-        num_tokens, sent_s = min(prompts, key=lambda p: p[1])
-        return sent_s, num_tokens
+    def oldest_sent_s(self, worker_id: str) -> float | None:
+        """When the longest-queued prompt on `worker_id` was sent (None: none queued)."""
+        return min((sent_s for _, sent_s in self._prompts[worker_id].values()), default=None)
 
     def num_tokens_sent_by(self, worker_id: str, until_s: float) -> int:
         """The tokens of the prompts on `worker_id` sent by `until_s`: those a step that starts

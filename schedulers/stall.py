@@ -27,6 +27,13 @@ than that are the step-time noise the speed factor already follows.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedulers.prefill_queues import PrefillQueues
+    from schedulers.route_prediction import RoutePredictor
+
 STALL_TOLERANCE = 2.0  # silences up to this many longest steps are not stalls
 
 
@@ -39,3 +46,48 @@ def stall_s(silent_s: float, longest_step_s: float, tolerance: float = STALL_TOL
         raise ValueError(f"need silent_s >= 0, longest_step_s >= 0, tolerance >= 1; got "
                          f"{silent_s}, {longest_step_s}, {tolerance}")
     return max(0.0, silent_s - tolerance * longest_step_s)
+
+
+@dataclass(frozen=True)
+class Silence:
+    """How long a worker has given nothing back, against the longest it could take to."""
+
+    silent_s: float
+    longest_wait_s: float
+    awaited: str  # what the router waits for: "token" (requests stream) or "prefilled prompt"
+
+    def stall_s(self, tolerance: float = STALL_TOLERANCE) -> float:
+        return stall_s(self.silent_s, self.longest_wait_s, tolerance)
+
+
+def worker_silence(worker_id: str, now_s: float, *, num_decodes: int, streaming: bool,
+                   last_output_s: float | None, queues: PrefillQueues, predictor: RoutePredictor,
+                   speed_factor: float, path_s: float) -> Silence | None:
+    """`worker_id`'s silence at `now_s` (None: nothing is expected from it), the rule above as
+    the live router (`pd_serve.router.Router._stall_s`) and the simulated one apply it.
+
+    `num_decodes`: the requests decoding there (0 on a prefill-only worker: vLLM counts its
+    prompts as running, and none of them decodes); `streaming`: whether any streams from it now
+    (then `last_output_s`, its last token, is set); `queues`: the prompts sent to it for prefill,
+    with when each was sent; `path_s`: the longest path outside the engines.
+
+    While requests stream, the longest wait is its longest step. While only prompts wait, it is
+    the steps that prefill the oldest of them and the prompts that can share those steps (vLLM
+    runs a worker's prompts first come, first served, batching all that wait when a step begins),
+    and the path. Prompts sent after that step began do not lengthen the wait: one sent to a
+    stopped worker would otherwise hide the stop. Priced over the oldest prompt alone, in run 85
+    (2026-12-06) a 1,731-token prompt was taken back from hybrid's prefill worker 0.86 s into
+    the 1.00 s step that held it and a 1,287-token one sent 15 ms later; prefilled again behind
+    the decode worker's queue, both waited 2.5 s."""
+    if streaming:
+        if last_output_s is None:
+            raise ValueError(f"worker {worker_id!r} streams but has no last output time")
+        longest_wait_s = predictor.longest_step_s(num_decodes, speed_factor, queues.longest(worker_id))
+        return Silence(max(0.0, now_s - last_output_s), longest_wait_s, "token")
+    sent_s = queues.oldest_sent_s(worker_id)
+    if sent_s is None:
+        return None
+    since_s = sent_s if last_output_s is None else max(sent_s, last_output_s)
+    num_tokens = queues.num_tokens_sent_by(worker_id, since_s + path_s)
+    longest_wait_s = predictor.prefill_queue_s(num_tokens, num_decodes, speed_factor) + path_s
+    return Silence(max(0.0, now_s - since_s), longest_wait_s, "prefilled prompt")

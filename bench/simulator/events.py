@@ -10,6 +10,7 @@ DISPATCH = "dispatch"  # payload: (worker id, engine request) reaching its worke
 STEP_DONE = "step_done"  # payload: (worker id, its step number: a re-stretched step's earlier end is stale)
 TRANSFER_BYTES = "transfer_bytes"  # payload: transfer whose latency (alpha) has passed
 LINK_CHECK = "link_check"  # payload: (link key, link version) of a predicted completion
+GIVE_UP_CHECK = "give_up_check"  # payload: (job, when its prompt was sent): take it back from a stalled prefill worker?
 
 
 class EventQueue:

@@ -13,10 +13,18 @@ As live, the router learns how much slower than calibrated its prefills run at e
 (`schedulers.feedback.TtftFeedback`, fed with each prefill's simulated queue wait + compute on
 its worker against the prediction), and gives every worker that factor for the requests in
 flight on the host (the simulated cluster is one host) in the view.
+
+As live, the view gives each worker's stall (`schedulers.stall.worker_silence`: silent past
+twice the longest it could take to give anything back), and under the adaptive policy a prompt
+that has waited its whole TTFT SLO on a stalled prefill worker is taken back and prefilled on its
+decode worker (`prefill_stalled`, checked on the live router's 0.05 s poll; the simulator moves
+the request). Silence counts from what the engines give back at the end of their steps: a
+streamed token, a prefilled prompt.
 """
 from __future__ import annotations
 
 import collections
+import math
 from typing import Mapping
 
 from bench.simulator.worker import SimWorker
@@ -27,14 +35,23 @@ from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
-from schedulers.types import (ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate, NoCandidateError,
-                              Policy, RequestInfo, WorkerView)
+from schedulers.stall import STALL_TOLERANCE, worker_silence
+from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate,
+                              NoCandidateError, Policy, RequestInfo, WorkerView)
+
+GIVE_UP_CHECK_S = 0.05  # the live router asks whether to take a prompt back this often (output_streams.py)
+GIVE_UP_RECHECK_S = 0.25  # at most this long between checks while a prompt could be taken back
+
+
+def give_up_check_s(sent_s: float, at_s: float) -> float:
+    """The first of the live router's checks, every GIVE_UP_CHECK_S from `sent_s`, at or after `at_s`."""
+    return sent_s + math.ceil((at_s - sent_s) / GIVE_UP_CHECK_S - 1e-9) * GIVE_UP_CHECK_S
 
 
 class SimRouter:
     def __init__(self, policy: Policy, workers: Mapping[str, SimWorker], link: LinkEstimate,
                  kv_bytes_per_token: int, predictor: RoutePredictor | None = None,
-                 slo_table: SloTable | None = None) -> None:
+                 slo_table: SloTable | None = None, path_s: float = 0.0) -> None:
         self.policy = policy
         self.predictor = predictor
         self.slo_table = slo_table or SloTable()
@@ -53,6 +70,15 @@ class SimRouter:
         # worker, that worker's speed factor, requests in flight on the host) at the decision.
         self._at_decision: dict[str, tuple[float, float, int]] = {}
         self._prefill_start_s: dict[str, float] = {}  # when the prompt reached its prefilling worker
+        # The stall rule's inputs, as the live router keeps them: the longest path outside the
+        # engines, each worker's last output, the requests streaming from it (from their first
+        # token), and the workers seen stalled (each stall counted once).
+        self.path_s = path_s
+        self.last_output_s: dict[str, float] = {}
+        self.streaming: dict[str, set[str]] = collections.defaultdict(set)
+        self.stalled: set[str] = set()
+        self.num_worker_stalls = 0
+        self.num_taken_back = 0
 
     @property
     def host_inflight(self) -> int:
@@ -64,7 +90,7 @@ class SimRouter:
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
             num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
-            decode_slack_s=self._decode_slack_s(w, now_s, speed))
+            decode_slack_s=self._decode_slack_s(w, now_s, speed), stall_s=self._stall_s(wid, now_s, speed))
             for wid, w in self.workers.items())
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
@@ -84,6 +110,69 @@ class SimRouter:
         if self.predictor is not None and progress:
             step_s = self.predictor.decode_step_s(len(worker.running), speed)
         return worker_slack_s(progress, now_s, step_s)
+
+    def _silence(self, wid: str, now_s: float, speed: float):
+        if self.predictor is None:
+            return None
+        worker = self.workers[wid]
+        num_decodes = 0 if worker.spec.role == ROLE_PREFILL else max(len(worker.running), len(self.streaming[wid]))
+        return worker_silence(wid, now_s, num_decodes=num_decodes, streaming=bool(self.streaming[wid]),
+                              last_output_s=self.last_output_s.get(wid), queues=self.prefill_queues,
+                              predictor=self.predictor, speed_factor=speed, path_s=self.path_s)
+
+    def _stall_s(self, wid: str, now_s: float, speed: float | None = None) -> float:
+        """`wid`'s stall at `now_s` (`pd_serve.router.Router._stall_s`), each stall counted once."""
+        speed = self.feedback.factor_at(self.host_inflight) if speed is None else speed
+        silence = self._silence(wid, now_s, speed)
+        stalled = 0.0 if silence is None else silence.stall_s()
+        if stalled > 0 and wid not in self.stalled:
+            self.stalled.add(wid)
+            self.num_worker_stalls += 1
+        elif stalled == 0:
+            self.stalled.discard(wid)
+        return stalled
+
+    def takes_back(self, decision: Decision) -> bool:
+        """Whether a prompt routed by `decision` may be taken back from its prefill worker: only
+        what the adaptive policy chose from its predictions, as live (not a fallback's route)."""
+        return (self.policy.name == "adaptive" and decision.route != ROUTE_COLOCATED
+                and decision.prefill_worker is not None)
+
+    def ttft_slo_s(self, request: RequestInfo) -> float:
+        return self.slo_table.for_request(request)[0]
+
+    def prefill_stalled(self, pid: str, did: str, request_id: str, now_s: float) -> tuple[str | None, float | None]:
+        """Whether to take the prompt `request_id` back from its prefill worker `pid` now, as the
+        live router's `_prefill_stalled` does once the prompt has waited its TTFT SLO: (why,
+        None) to take it back; (None, when to ask again) while it waits there; (None, None)
+        when it is no longer queued there. `pid` stalled and `did` not is the reason."""
+        if not self.prefill_queues.has(pid, request_id):
+            return None, None
+        speed = self.feedback.factor_at(self.host_inflight)
+        silence = self._silence(pid, now_s, speed)
+        stalled_s = self._stall_s(pid, now_s, speed)
+        if stalled_s > 0 and self._stall_s(did, now_s, speed) == 0:
+            return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)", None
+        next_s = now_s + GIVE_UP_CHECK_S
+        if stalled_s == 0 and silence is not None:  # when it would stall if nothing came back meanwhile
+            onset_s = now_s - silence.silent_s + STALL_TOLERANCE * silence.longest_wait_s
+            next_s = min(max(next_s, onset_s), now_s + GIVE_UP_RECHECK_S)
+        return None, next_s
+
+    def taken_back(self, pid: str, request_id: str) -> None:
+        """The prompt left `pid` unprefilled: its wait there teaches the feedback nothing (live,
+        a result with a fallback is not observed)."""
+        self.prefill_queues.prefilled(pid, request_id)
+        self._at_decision.pop(request_id, None)
+        self._prefill_start_s.pop(request_id, None)
+        self.num_taken_back += 1
+        self.done(pid, request_id)
+
+    def output(self, worker_id: str, request_id: str, now_s: float, first_token: bool = False) -> None:
+        """`worker_id` gave something back at `now_s` (a token, or a prefilled prompt's KV)."""
+        self.last_output_s[worker_id] = now_s
+        if first_token:
+            self.streaming[worker_id].add(request_id)
 
     def decide(self, request: RequestInfo, now_s: float = 0.0) -> Decision:
         """The policy's decision at `now_s`; NoCandidateError only when nothing can serve it."""
@@ -118,10 +207,10 @@ class SimRouter:
         kv_bytes = self.predictor.step_model.kv.bytes_for_tokens(request.num_prompt_tokens)
         return self.predictor.disaggregated(request, prefill, decode, part, link, kv_bytes, slos)
 
-    def sent(self, worker_id: str, request_id: str, num_prefill_tokens: int) -> None:
+    def sent(self, worker_id: str, request_id: str, num_prefill_tokens: int, now_s: float = 0.0) -> None:
         self.num_inflight[worker_id] += 1
         if num_prefill_tokens:
-            self.prefill_queues.sent(worker_id, request_id, num_prefill_tokens)
+            self.prefill_queues.sent(worker_id, request_id, num_prefill_tokens, now_s)
 
     def reached(self, request_id: str, now_s: float) -> None:
         """The prompt reached its prefilling worker (after the request path)."""
@@ -137,8 +226,9 @@ class SimRouter:
             predicted_s, speed, num_inflight = at_decision
             self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight)
 
-    def done(self, worker_id: str) -> None:
+    def done(self, worker_id: str, request_id: str) -> None:
         self.num_inflight[worker_id] -= 1
+        self.streaming[worker_id].discard(request_id)
 
     def _check(self, decision: Decision) -> None:
         """A decision naming unknown workers is a policy bug: fail loudly, never reroute."""

@@ -10,6 +10,11 @@ A request's life here (the numbers of `pd_serve.router`):
     and the decode worker computes the last prompt token (the first output token) and decodes;
 3. the finished request becomes a `bench.metrics.RequestRecord`.
 
+Under the adaptive policy, a prompt that waits its TTFT SLO on a stalled prefill worker is taken
+back, as live (`bench.simulator.router`): aborted there (vLLM frees its blocks; one in the step
+in flight is dropped when the step ends) and sent to its decode worker to prefill, after the
+hand-over's path, as a colocated request with a `fallback`.
+
 The cluster's `request_path` (measured live: client, Ray and router) delays each hand-over to a
 worker: the first by its colocated seconds, a disaggregated request's second by the rest. On a
 CPU host (`cluster.host`) a step that streams tokens takes longer by what streaming costs the
@@ -26,10 +31,10 @@ from typing import Any
 
 from bench.metrics import RequestRecord
 from bench.simulator import events as ev
-from bench.simulator.engine_request import EngineRequest
+from bench.simulator.engine_request import EngineRequest, Phase
 from bench.simulator.host import SPIN_WINDOW_S, STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY, STRETCH_STREAMS
 from bench.simulator.links import SharedLink, Transfer
-from bench.simulator.router import SimRouter
+from bench.simulator.router import SimRouter, give_up_check_s
 from bench.simulator.specs import ClusterSpec
 from bench.simulator.step_cost import StepCost
 from bench.simulator.stretch import StretchedStep
@@ -37,7 +42,8 @@ from bench.simulator.worker import FINISHED, PREFILL_DONE, TOKEN, SimWorker, Ste
 from bench.workloads import RequestSpec, Workload
 from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import COEFFICIENTS
-from schedulers.types import ROLE_PREFILL, ROUTE_DISAGGREGATED, Decision, NoCandidateError, Policy, RequestInfo
+from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED, Decision, NoCandidateError,
+                              Policy, RequestInfo)
 
 DEFAULT_MAX_EVENTS = 20_000_000
 STALL_SEED_SALT = 1_000_003  # the stalls' draws: seed stall_seed + this, apart from the stretch's
@@ -50,6 +56,7 @@ class Job:
     spec: RequestSpec
     record: RequestRecord
     decision: Decision | None = None
+    prefill_request: EngineRequest | None = None  # disaggregated: the prompt on its prefill worker
 
 
 @dataclass
@@ -74,6 +81,8 @@ class SimResult:
     prompt_reached_s: dict[str, float] = field(default_factory=dict)
     prompt_prefilled_s: dict[str, float] = field(default_factory=dict)
     num_stalls: int = 0  # engine stalls drawn (HostSpec.stall_per_prefill_step)
+    num_worker_stalls: int = 0  # stalls the router saw (schedulers/stall.py), each counted once
+    num_taken_back: int = 0  # prompts taken back from a stalled prefill worker
 
     @property
     def num_leaked_blocks(self) -> int:
@@ -101,7 +110,8 @@ class Simulator:
         # The TPOT SLO behind each running request's slack: the one the policy judges by.
         self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
                                 RoutePredictor(cluster.step_model, cluster.chunk_tokens),
-                                getattr(policy, "slo_table", None))
+                                getattr(policy, "slo_table", None),
+                                max(cluster.request_path.colocated_s, cluster.request_path.disaggregated_s))
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
         self.max_events = max_events
@@ -190,6 +200,8 @@ class Simulator:
             return set()
         if kind == ev.LINK_CHECK:
             return self._link_check(payload, now_s)
+        if kind == ev.GIVE_UP_CHECK:
+            return self._give_up_check(*payload, now_s)
         raise AssertionError(f"unknown event kind {kind!r}")
 
     def _kick(self, worker_id: str, now_s: float) -> None:
@@ -337,7 +349,12 @@ class Simulator:
         is_remote = decision.route == ROUTE_DISAGGREGATED
         target = decision.prefill_worker if is_remote else decision.decode_worker
         request = EngineRequest(job, record.input_tokens, record.output_tokens, is_prefill_only=is_remote)
-        self.router.sent(target, record.request_id, record.input_tokens)
+        self.router.sent(target, record.request_id, record.input_tokens, now_s)
+        if is_remote:
+            job.prefill_request = request
+            if self.router.takes_back(decision):
+                first_s = give_up_check_s(now_s, now_s + self.router.ttft_slo_s(info))
+                self.queue.push(first_s, ev.GIVE_UP_CHECK, (job, now_s))
         path_s = self.cluster.host.colocated_path_s(self.cluster.request_path.colocated_s, self._num_streams())
         return self._dispatch(target, request, now_s, path_s)
 
@@ -347,10 +364,12 @@ class Simulator:
         self._stretched.pop(worker_id, None)
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job
+            record = job.record
+            self.router.output(worker_id, record.request_id, now_s,
+                               first_token=outcome != PREFILL_DONE and record.first_token_s is None)
             if outcome == PREFILL_DONE:
                 dirty |= self._hand_over(job, request, worker_id, now_s)
                 continue
-            record = job.record
             record.token_times.append(now_s)
             if record.first_token_s is None:
                 record.first_token_s = now_s
@@ -360,7 +379,7 @@ class Simulator:
                     self.router.prefilled(worker_id, record.request_id, now_s)
             if outcome == FINISHED:
                 record.finish_s = now_s
-                self.router.done(worker_id)
+                self.router.done(worker_id, record.request_id)
                 dirty |= self._close(now_s)
             else:
                 assert outcome == TOKEN
@@ -372,6 +391,8 @@ class Simulator:
             self.queue.push(now_s + delay_s, ev.DISPATCH, (worker_id, request))
             self._num_paths += 1
             return set()
+        if request.phase == Phase.FINISHED:  # taken back while on its way here
+            return set()
         if not request.needs_remote_kv:  # the prompt reached the worker that prefills it
             self.prompt_reached_s[request.job.record.request_id] = now_s
             self.router.reached(request.job.record.request_id, now_s)
@@ -382,14 +403,36 @@ class Simulator:
         """Prefill done on P: the router sends the request to its decode worker."""
         self.prompt_prefilled_s[job.record.request_id] = now_s
         self.router.prefilled(prefill_id, job.record.request_id, now_s)
-        self.router.done(prefill_id)
+        self.router.done(prefill_id, job.record.request_id)
         decode_id = job.decision.decode_worker
         self._incoming[decode_id] = self._incoming.get(decode_id, 0) + 1
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
-        self.router.sent(decode_id, job.record.request_id, 0)
+        self.router.sent(decode_id, job.record.request_id, 0, now_s)
         path_s = self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
         return self._dispatch(decode_id, loading, now_s, path_s)
+
+    def _give_up_check(self, job: Job, sent_s: float, now_s: float) -> set[str]:
+        """The live router's check on a prompt at its prefill worker: take it back if that worker
+        is stalled (SimRouter.prefill_stalled), else ask again when it could be."""
+        decision, record = job.decision, job.record
+        pid, did = decision.prefill_worker, decision.decode_worker
+        why, next_s = self.router.prefill_stalled(pid, did, record.request_id, now_s)
+        if next_s is not None:
+            self.queue.push(give_up_check_s(sent_s, next_s), ev.GIVE_UP_CHECK, (job, sent_s))
+        if why is None:
+            return set()
+        held = job.prefill_request
+        if not self.workers[pid].abort(held):  # still on its way there: dropped on arrival
+            held.phase = Phase.FINISHED
+        self.router.taken_back(pid, record.request_id)
+        reason = f"{why}; prefilled locally"
+        job.decision = Decision(ROUTE_COLOCATED, did, None, reason, decision.predicted_ttft_s, decision.predictions)
+        record.route, record.prefill_worker, record.fallback = ROUTE_COLOCATED, None, reason
+        local = EngineRequest(job, record.input_tokens, record.output_tokens)
+        self.router.sent(did, record.request_id, record.input_tokens, now_s)
+        path_s = self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
+        return {pid} | self._dispatch(did, local, now_s, path_s)
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
         job.record.ok, job.record.error = False, error
@@ -447,7 +490,8 @@ class Simulator:
         stats = {wid: WorkerStats(w.num_steps, w.num_preemptions, w.busy_s, w.pool.num_used)
                  for wid, w in self.workers.items()}
         return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions,
-                         self.prompt_reached_s, self.prompt_prefilled_s, self.num_stalls)
+                         self.prompt_reached_s, self.prompt_prefilled_s, self.num_stalls,
+                         self.router.num_worker_stalls, self.router.num_taken_back)
 
     def _describe_workers(self) -> str:
         return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "

@@ -78,6 +78,8 @@ class SimWorker:
         # Loading requests whose KV is in, until a step starts; then until that step ends.
         self._kv_arrived: list[EngineRequest] = []
         self._kv_seen: list[EngineRequest] = []
+        # Aborted while the step in flight computes them: dropped when it ends.
+        self._aborting: set[EngineRequest] = set()
 
     @property
     def worker_id(self) -> str:
@@ -206,12 +208,37 @@ class SimWorker:
         self.num_steps += 1
         self.busy_s += plan.duration_s
 
+    def abort(self, request: EngineRequest) -> bool:
+        """Abort a request that has not finished its prompt: out of the queue, its blocks freed.
+        vLLM aborts between steps, so one in the step in flight is dropped when that step ends.
+        False when the request is not here (still on its way to this worker)."""
+        if request.phase == Phase.WAITING and request in self.waiting:
+            self.waiting.remove(request)
+        elif request.phase == Phase.RUNNING and request in self.running:
+            if self.current is not None and request in self.current.num_new_tokens:
+                self._aborting.add(request)
+                return True
+            self.running.remove(request)
+        else:
+            return False
+        self._drop(request)
+        return True
+
+    def _drop(self, request: EngineRequest) -> None:
+        self.pool.free(request.num_blocks)
+        request.num_blocks = 0
+        request.phase = Phase.FINISHED
+
     def complete(self) -> list[tuple[str, EngineRequest]]:
         """Apply the step in flight; returns (TOKEN | FINISHED | PREFILL_DONE, request) outcomes."""
         plan, self.current = self.current, None
         assert plan is not None, f"worker {self.worker_id}: complete() without a step in flight"
         outcomes = []
         for request, num_new in plan.num_new_tokens.items():
+            if request in self._aborting:
+                self.running.remove(request)
+                self._drop(request)
+                continue
             request.num_computed_tokens += num_new
             if request.num_computed_tokens < request.num_tokens:
                 continue
@@ -222,12 +249,11 @@ class SimWorker:
                 outcomes.append((PREFILL_DONE, request))
             elif request.sample():
                 self.running.remove(request)
-                self.pool.free(request.num_blocks)
-                request.num_blocks = 0
-                request.phase = Phase.FINISHED
+                self._drop(request)
                 outcomes.append((FINISHED, request))
             else:
                 outcomes.append((TOKEN, request))
+        self._aborting.clear()
         self._promote(self._kv_seen)  # this step's output reports those reads done
         return outcomes
 

@@ -47,18 +47,18 @@ def test_the_adaptive_policy_reads_each_routes_path_from_the_view():
 
 def test_prefill_queues_count_each_prompt_once_and_know_the_longest():
     q = PrefillQueues()
-    assert q.num_tokens("w") == 0 and q.longest("w") == 0 and q.oldest("w") is None
+    assert q.num_tokens("w") == 0 and q.longest("w") == 0 and q.oldest_sent_s("w") is None
     q.sent("w", "a", 1000, 10.0)
     q.sent("w", "b", 500, 10.5)
     q.sent("v", "c", 64, 9.0)
     assert q.num_tokens("w") == 1500 and q.longest("w") == 1000 and q.num_prompts("w") == 2
-    assert q.oldest("w") == (10.0, 1000)  # where a silent prefill worker's stall counts from
+    assert q.oldest_sent_s("w") == 10.0  # where a silent prefill worker's stall counts from
     assert q.num_tokens_sent_by("w", 10.2) == 1000 and q.num_tokens_sent_by("w", 10.5) == 1500  # a step's batch
     q.prefilled("w", "a")
     q.prefilled("w", "a")  # a second call (first token, then the stream's end) does nothing
     assert q.num_tokens("w") == 500 and q.num_tokens("v") == 64 and q.num_prompts("w") == 1
     assert q.longest("w") == 500  # what the stall rule's longest step is priced over
-    assert q.oldest("w") == (10.5, 500)
+    assert q.oldest_sent_s("w") == 10.5
 
 
 def test_the_queue_is_its_prefill_steps_beside_the_workers_decodes_and_its_stall():

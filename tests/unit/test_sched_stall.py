@@ -7,7 +7,8 @@ from schedulers.hardware import HARDWARE_SPECS
 from schedulers.model_spec import MODEL_SPECS
 from schedulers.policies import AdaptivePolicy
 from schedulers.route_prediction import RoutePredictor
-from schedulers.stall import STALL_TOLERANCE, stall_s
+from schedulers.prefill_queues import PrefillQueues
+from schedulers.stall import STALL_TOLERANCE, stall_s, worker_silence
 from schedulers.step_time import StepTimeModel
 from schedulers.types import ClusterView, LinkEstimate, RequestInfo, WorkerView
 
@@ -47,6 +48,30 @@ def test_the_stall_adds_to_the_queue_of_every_route_through_the_worker():
     late = predictor.disaggregated(request, prefill, stuck, part, link, kv, slos)
     on_time = predictor.disaggregated(request, prefill, calm, part, link, kv, slos)
     assert late.decode_wait_s > 1.0 and late.ttft_s > on_time.ttft_s + 1.0
+
+
+def test_a_workers_silence_counts_from_its_last_output_or_its_oldest_prompt():
+    predictor, queues = RoutePredictor(MODEL, chunk_tokens=2048), PrefillQueues()
+    kw = dict(queues=queues, predictor=predictor, speed_factor=1.0, path_s=0.02)
+    assert worker_silence("p", 5.0, num_decodes=0, streaming=False, last_output_s=None, **kw) is None
+    # Streaming: since its last token, against its longest step.
+    quiet = worker_silence("d", 5.0, num_decodes=3, streaming=True, last_output_s=4.0, **kw)
+    assert quiet.silent_s == pytest.approx(1.0) and quiet.awaited == "token"
+    assert quiet.longest_wait_s == pytest.approx(predictor.longest_step_s(3))
+    with pytest.raises(ValueError, match="last output"):
+        worker_silence("d", 5.0, num_decodes=3, streaming=True, last_output_s=None, **kw)
+    # Prompts only: since the oldest was sent (or the last output, if later), against the steps
+    # that prefill it and the prompts sent by then (and the path), not those sent after.
+    queues.sent("p", "a", 1000, 2.0)
+    queues.sent("p", "b", 500, 2.01)
+    queues.sent("p", "c", 3000, 3.0)
+    quiet = worker_silence("p", 5.0, num_decodes=0, streaming=False, last_output_s=None, **kw)
+    assert quiet.silent_s == pytest.approx(3.0) and quiet.awaited == "prefilled prompt"
+    assert quiet.longest_wait_s == pytest.approx(predictor.prefill_queue_s(1500, 0) + 0.02)
+    assert quiet.stall_s() == pytest.approx(stall_s(3.0, quiet.longest_wait_s)) and quiet.stall_s() > 0
+    later = worker_silence("p", 5.0, num_decodes=0, streaming=False, last_output_s=2.99, **kw)
+    assert later.silent_s == pytest.approx(2.01)
+    assert later.longest_wait_s == pytest.approx(predictor.prefill_queue_s(4500, 0) + 0.02)
 
 
 def test_the_longest_step_is_a_full_budget_beside_the_decodes():
