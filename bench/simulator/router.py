@@ -35,7 +35,7 @@ from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
-from schedulers.stall import STALL_TOLERANCE, worker_silence
+from schedulers.stall import STALL_TOLERANCE, Silence, worker_silence
 from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate,
                               NoCandidateError, Policy, RequestInfo, WorkerView)
 
@@ -71,8 +71,9 @@ class SimRouter:
         self._at_decision: dict[str, tuple[float, float, int]] = {}
         self._prefill_start_s: dict[str, float] = {}  # when the prompt reached its prefilling worker
         # The stall rule's inputs, as the live router keeps them: the longest path outside the
-        # engines, each worker's last output, the requests streaming from it (from their first
-        # token), and the workers seen stalled (each stall counted once).
+        # engines, each worker's last sign of stepping (here its last step's end), the requests
+        # streaming from it (from their first token), and the workers seen stalled (each stall
+        # counted once).
         self.path_s = path_s
         self.last_output_s: dict[str, float] = {}
         self.streaming: dict[str, set[str]] = collections.defaultdict(set)
@@ -111,7 +112,7 @@ class SimRouter:
             step_s = self.predictor.decode_step_s(len(worker.running), speed)
         return worker_slack_s(progress, now_s, step_s)
 
-    def _silence(self, wid: str, now_s: float, speed: float):
+    def _silence(self, wid: str, now_s: float, speed: float) -> Silence | None:
         if self.predictor is None:
             return None
         worker = self.workers[wid]
