@@ -59,9 +59,6 @@ class EngineStatsCollector:
     transfers: collections.deque = field(default_factory=lambda: collections.deque(maxlen=4096))
     unclaimed: collections.deque = field(default_factory=collections.deque)
     steps: collections.deque = field(default_factory=lambda: collections.deque(maxlen=MAX_STEPS_KEPT))
-    # When the engine's last step ended (as its output reached this process): the router's stall
-    # rule counts a worker's silence from it (schedulers/stall.py), not from its last output alone.
-    last_step_t: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def observe(self, scheduler_stats: Any, iteration_stats: Any) -> None:
@@ -74,7 +71,6 @@ class EngineStatsCollector:
                 self._observe_connector(now, scheduler_stats.kv_connector_stats)
                 d = scheduler_stats.iteration_details
                 if d is not None and not d.is_dummy:
-                    self.last_step_t = now
                     self.steps.append(StepRecord(now, d.num_ctx_requests, d.num_ctx_tokens,
                                                  d.num_generation_requests, d.num_generation_tokens,
                                                  d.elapsed_ms / 1e3))
@@ -122,7 +118,6 @@ class EngineStatsCollector:
                 "num_transfers": len(self.transfers),
                 "num_transfer_failures": self.num_transfer_failures,
                 "num_steps": len(self.steps),
-                "last_step_t": self.last_step_t,
             }
 
     def recent_steps(self, since_t: float = 0.0) -> list[dict[str, Any]]:

@@ -258,13 +258,10 @@ class Router:
             return 0.0
         # vLLM counts a prefill worker's prompts as running: none of them decodes
         num_decodes = 0 if self.infos[wid].role == ROLE_PREFILL else max(num_running, len(self.decoding[wid]))
-        # its last output, or its engine's last step end as the load poll (every 0.25 s) last read it
-        signs = [t for t in (self.last_output_s.get(wid), (self.loads.get(wid) or {}).get("last_step_t"))
-                 if t is not None]
         silence = worker_silence(
             wid, time.time(), num_decodes=num_decodes,
             streaming=bool(self.decoding[wid]),  # entered at its first token, after last_output_s was set
-            last_output_s=max(signs, default=None), queues=self.prefill_queues, predictor=self.predictor,
+            last_output_s=self.last_output_s.get(wid), queues=self.prefill_queues, predictor=self.predictor,
             speed_factor=speed, path_s=max(m.value for m in self.paths.values()))
         stalled = 0.0 if silence is None else silence.stall_s()
         if stalled > 0 and wid not in self.stalled:

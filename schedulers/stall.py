@@ -68,17 +68,8 @@ def worker_silence(worker_id: str, now_s: float, *, num_decodes: int, streaming:
 
     `num_decodes`: the requests decoding there (0 on a prefill-only worker: vLLM counts its
     prompts as running, and none of them decodes); `streaming`: whether any streams from it now
-    (then `last_output_s` is set); `last_output_s`: its last sign of stepping, the later of its
-    last output to the router and its engine's last step end as it reports it; `queues`: the
-    prompts sent to it for prefill, with when each was sent; `path_s`: the longest path outside
-    the engines.
-
-    A step's end counts, not only an output: a prompt taken back from a prefill worker still
-    runs to the end of the step that holds it, and its output goes nowhere. Counted from outputs
-    alone, on run 90 (2026-12-06) the silence then ran on from the step before; the next step,
-    6,482 tokens that took 1.46 s against 1.72 s calibrated, was read as a stall and ten prompts
-    were taken back from it. Over runs 87, 88 and 90, 50 of the 122 take-backs in the routers'
-    logs came while the prefill engine was in a step that was no stall (3x and 0.3 s over).
+    (then `last_output_s`, its last token, is set); `queues`: the prompts sent to it for prefill,
+    with when each was sent; `path_s`: the longest path outside the engines.
 
     While requests stream, the longest wait is its longest step. While only prompts wait, it is
     the steps that prefill the oldest of them and the prompts that can share those steps (vLLM

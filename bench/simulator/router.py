@@ -18,8 +18,8 @@ As live, the view gives each worker's stall (`schedulers.stall.worker_silence`: 
 twice the longest it could take to give anything back), and under the adaptive policy a prompt
 that has waited its whole TTFT SLO on a stalled prefill worker is taken back and prefilled on its
 decode worker (`prefill_stalled`, checked on the live router's 0.05 s poll; the simulator moves
-the request). Silence counts from the end of a worker's last step (live: the later of its last
-output and the last step end its load report gave).
+the request). Silence counts from what the engines give back at the end of their steps: a
+streamed token, a prefilled prompt.
 """
 from __future__ import annotations
 
@@ -169,14 +169,11 @@ class SimRouter:
         self.num_taken_back += 1
         self.done(pid, request_id)
 
-    def stepped(self, worker_id: str, now_s: float) -> None:
-        """A step of `worker_id`'s engine ended at `now_s`: a sign of stepping, as an output is
-        (live, the engine's last step end comes with the worker's load report)."""
+    def output(self, worker_id: str, request_id: str, now_s: float, first_token: bool = False) -> None:
+        """`worker_id` gave something back at `now_s` (a token, or a prefilled prompt's KV)."""
         self.last_output_s[worker_id] = now_s
-
-    def first_token(self, worker_id: str, request_id: str) -> None:
-        """The request streams from `worker_id` from now on."""
-        self.streaming[worker_id].add(request_id)
+        if first_token:
+            self.streaming[worker_id].add(request_id)
 
     def decide(self, request: RequestInfo, now_s: float = 0.0) -> Decision:
         """The policy's decision at `now_s`; NoCandidateError only when nothing can serve it."""

@@ -362,17 +362,17 @@ class Simulator:
         dirty = {worker_id}
         self._last_step_end_s[worker_id] = now_s
         self._stretched.pop(worker_id, None)
-        self.router.stepped(worker_id, now_s)
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job
             record = job.record
+            self.router.output(worker_id, record.request_id, now_s,
+                               first_token=outcome != PREFILL_DONE and record.first_token_s is None)
             if outcome == PREFILL_DONE:
                 dirty |= self._hand_over(job, request, worker_id, now_s)
                 continue
             record.token_times.append(now_s)
             if record.first_token_s is None:
                 record.first_token_s = now_s
-                self.router.first_token(worker_id, record.request_id)
                 if job.decision.route == ROUTE_DISAGGREGATED:  # its hand-over ends with this token
                     self._incoming[worker_id] -= 1
                 else:

@@ -44,17 +44,3 @@ def test_posting_time_and_descriptor_count_are_kept_when_nixl_reports_them():
     assert (without.post_s, without.num_descriptors) == (None, None)
     assert [r["num_bytes"] for r in c.recent_transfers(0.0)] == [4096, 100]  # claimed ones too
     assert c.recent_transfers(with_post.t + 3600) == []
-
-
-def test_the_last_step_end_is_reported_and_the_dummy_step_is_not_a_step(monkeypatch):
-    c = EngineStatsCollector()
-    assert c.snapshot()["last_step_t"] is None
-    details = SimpleNamespace(is_dummy=False, num_ctx_requests=1, num_ctx_tokens=512, num_generation_requests=0,
-                              num_generation_tokens=0, elapsed_ms=40.0)
-    stats = {**vars(_sched([], [])), "kv_connector_stats": None}
-    monkeypatch.setattr("pd_serve.engine_stats.time.time", lambda: 50.0)
-    c.observe(SimpleNamespace(**{**stats, "iteration_details": details}), None)
-    monkeypatch.setattr("pd_serve.engine_stats.time.time", lambda: 51.0)
-    c.observe(SimpleNamespace(**{**stats, "iteration_details": SimpleNamespace(**{**vars(details), "is_dummy": True})}),
-              None)
-    assert c.snapshot()["last_step_t"] == 50.0 and c.snapshot()["num_steps"] == 1

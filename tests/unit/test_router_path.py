@@ -91,7 +91,7 @@ def _stall_router(decoding, last_output_s, roles):
     paths = {"colocated": SimpleNamespace(value=0.05), "disaggregated": SimpleNamespace(value=0.25)}
     return SimpleNamespace(predictor=predictor, decoding=decoding, prefill_queues=PrefillQueues(), paths=paths,
                            infos={w: SimpleNamespace(role=role) for w, role in roles.items()},
-                           last_output_s=last_output_s, stalled=set(), counters=collections.Counter(), loads={})
+                           last_output_s=last_output_s, stalled=set(), counters=collections.Counter())
 
 
 def test_the_view_counts_a_worker_silent_while_it_streams_as_stalled(monkeypatch, caplog):
@@ -150,20 +150,3 @@ def test_a_prefill_workers_wait_holds_the_prompts_its_next_step_batches(monkeypa
     r.prefill_queues.sent("p", "c", 4000, 100.5)  # reached it after that step began: not in it
     monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.8)
     assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.1)
-
-
-def test_an_engine_steps_end_counts_as_a_sign_of_stepping(monkeypatch):
-    # Its last output was at 100.0 (a prompt since taken back: what that step gave went nowhere),
-    # but its engine ended a step at 101.0 and began one that batches both prompts sent by then
-    # (2,000 + 3,000 tokens: 0.5 s): silent 1.2 s from its sending, 0.2 s from the step's start.
-    r = _stall_router({"p": {}}, {"p": 100.0}, {"p": "prefill"})
-    r.prefill_queues.sent("p", "a", 2000, 100.5)
-    r.prefill_queues.sent("p", "b", 3000, 100.9)
-    monkeypatch.setattr("pd_serve.router.time.time", lambda: 101.7)
-    assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(1.2 - 2 * (0.2 + 0.25))  # from the oldest alone
-    r.loads["p"] = {"num_running": 2, "last_step_t": 101.0}
-    assert Router._stall_s(r, "p", 0, 1.0) == 0.0
-    monkeypatch.setattr("pd_serve.router.time.time", lambda: 102.6)  # 1.6 s > 2 x (0.5 + 0.25)
-    assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(0.1)
-    r.loads["p"] = {"num_running": 2, "last_step_t": None}  # no step seen yet: outputs alone
-    assert Router._stall_s(r, "p", 0, 1.0) == pytest.approx(2.1 - 2 * (0.2 + 0.25))
