@@ -71,7 +71,7 @@ class SimRouter:
         self._at_decision: dict[str, tuple[float, float, int]] = {}
         self._prefill_start_s: dict[str, float] = {}  # when the prompt reached its prefilling worker
         # The stall rule's inputs, as the live router keeps them: the longest path outside the
-        # engines, each worker's last sign of stepping (here its last step's end), the requests
+        # engines, each worker's last output (a token or a prefilled prompt), the requests
         # streaming from it (from their first token), and the workers seen stalled (each stall
         # counted once).
         self.path_s = path_s
