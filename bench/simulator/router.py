@@ -124,7 +124,10 @@ class SimRouter:
     def _stall_s(self, wid: str, now_s: float, speed: float | None = None) -> float:
         """`wid`'s stall at `now_s` (`pd_serve.router.Router._stall_s`), each stall counted once."""
         speed = self.feedback.factor_at(self.host_inflight) if speed is None else speed
-        silence = self._silence(wid, now_s, speed)
+        return self._counted(wid, self._silence(wid, now_s, speed))
+
+    def _counted(self, wid: str, silence: Silence | None) -> float:
+        """The stall `silence` gives `wid`, each stall counted once as it begins."""
         stalled = 0.0 if silence is None else silence.stall_s()
         if stalled > 0 and wid not in self.stalled:
             self.stalled.add(wid)
@@ -151,7 +154,7 @@ class SimRouter:
             return None, None
         speed = self.feedback.factor_at(self.host_inflight)
         silence = self._silence(pid, now_s, speed)
-        stalled_s = self._stall_s(pid, now_s, speed)
+        stalled_s = self._counted(pid, silence)
         if stalled_s > 0 and self._stall_s(did, now_s, speed) == 0:
             return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)", None
         next_s = now_s + GIVE_UP_CHECK_S

@@ -409,8 +409,11 @@ class Simulator:
         loading = EngineRequest(job, job.record.input_tokens, job.record.output_tokens,
                                 needs_remote_kv=True, held=held)
         self.router.sent(decode_id, job.record.request_id, 0, now_s)
-        path_s = self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
-        return self._dispatch(decode_id, loading, now_s, path_s)
+        return self._dispatch(decode_id, loading, now_s, self._handover_path_s())
+
+    def _handover_path_s(self) -> float:
+        """The router's second call to a worker for one request: the path beyond the first."""
+        return self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
 
     def _give_up_check(self, job: Job, sent_s: float, now_s: float) -> set[str]:
         """The live router's check on a prompt at its prefill worker: take it back if that worker
@@ -431,8 +434,7 @@ class Simulator:
         record.route, record.prefill_worker, record.fallback = ROUTE_COLOCATED, None, reason
         local = EngineRequest(job, record.input_tokens, record.output_tokens)
         self.router.sent(did, record.request_id, record.input_tokens, now_s)
-        path_s = self.cluster.host.stretched_path_s(self.cluster.request_path.handover_s, self._num_streams())
-        return {pid} | self._dispatch(did, local, now_s, path_s)
+        return {pid} | self._dispatch(did, local, now_s, self._handover_path_s())
 
     def _fail(self, job: Job, now_s: float, error: str) -> set[str]:
         job.record.ok, job.record.error = False, error
