@@ -122,9 +122,9 @@ class Router:
         self.geometry = {wid: KVGeometry.from_hf_config(i.hf_config, i.block_size, i.kv_dtype)
                          for wid, i in infos.items()}
         self.step_model = step_model  # as calibrated at start-up, on an idle host
-        # How much slower than calibrated the engines run, by the load on their host (the view
-        # gives each worker its factor; feedback.py).
-        self.feedback = TtftFeedback()
+        # How much slower than calibrated the engines run, by the load on their host and by
+        # worker (the view gives each worker its factor; feedback.py).
+        self.feedback = TtftFeedback(by_worker=config.scheduler.speed_by_worker)
         # What TTFTs hold outside the engines, measured per request (path_estimate.py).
         self.paths = {route: RecentMedian() for route in ("colocated", "disaggregated")}
         self.slo_table = config.scheduler.slo.table()
@@ -141,8 +141,8 @@ class Router:
         self.loop = LoopStalls(dump_after_s=config.diagnostics.stack_dump_after_s)
         self.prediction_log: collections.deque = collections.deque(maxlen=10000)
         # Per request decided with a prediction: its prefilling worker's (speed factor, requests
-        # in flight on that worker's host) at the decision, to undo them when it is observed.
-        self._load_at_decision: dict[str, tuple[float, int]] = {}
+        # in flight on that worker's host, id) at the decision, to undo them when it is observed.
+        self._load_at_decision: dict[str, tuple[float, int, str]] = {}
         self.auto_policy = self._build_auto_policy()
         self.route_policies = {"colocated": make_policy("colocated"),
                                "disaggregated": make_policy("disaggregated")}
@@ -220,9 +220,10 @@ class Router:
         return sum(self.inflight[w] for w, info in self.infos.items() if info.node_ip == node)
 
     def _running_and_speed(self, wid: str) -> tuple[int, float]:
-        """`wid`'s running requests as it last reported them, and its host's speed factor now."""
+        """`wid`'s running requests as it last reported them, and its speed factor now (its host's
+        load line and its own offset)."""
         num_running = int((self.loads.get(wid) or {}).get("num_running", 0))
-        return num_running, self.feedback.factor_at(self.host_inflight(wid))
+        return num_running, self.feedback.factor_at(self.host_inflight(wid), wid)
 
     def view(self) -> ClusterView:
         workers = []
@@ -315,7 +316,8 @@ class Router:
         """How much slower than calibrated the prefills run, idle and at 1, 2, 4 and 8 in flight."""
         fb = self.feedback
         return {"observed": fb.num_observed, "load_slope": fb.line()[1],
-                "factor_by_inflight": {n: fb.factor_at(n) for n in (0, 1, 2, 4, 8)}}
+                "factor_by_inflight": {n: fb.factor_at(n) for n in (0, 1, 2, 4, 8)},
+                "worker_factors": fb.worker_factors()}
 
     def metrics_text(self) -> str:  # [frontdoors]
         """The Prometheus exposition of this deployment's metrics (pd_serve/metrics.py)."""
@@ -331,7 +333,7 @@ class Router:
             if decision.predicted_ttft_s is not None:
                 wid = decision.prefill_worker or decision.decode_worker
                 speed = next(w.speed_factor for w in view.workers if w.worker_id == wid)
-                self._load_at_decision[rid] = (speed, self.host_inflight(wid))
+                self._load_at_decision[rid] = (speed, self.host_inflight(wid), wid)
             return decision, None
         except NoCandidateError as err:
             if req.route == "colocated":
@@ -468,8 +470,8 @@ class Router:
         predicted_s = predicted_prefill_s(result.route, decision.predictions)
         prefill_s = engine_s.get("prefill" if result.route == "disaggregated" else "decode")
         if prefill_s and predicted_s > 0 and at_decision is not None:
-            speed, num_inflight = at_decision
-            self.feedback.observe(predicted_s / speed, prefill_s, num_inflight)
+            speed, num_inflight, wid = at_decision
+            self.feedback.observe(predicted_s / speed, prefill_s, num_inflight, wid)
 
     async def prediction_errors(self) -> list[dict]:
         """Recent requests that had a prediction: route, predicted and actual TTFT, the named

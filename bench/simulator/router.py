@@ -12,7 +12,8 @@ without a predicted TTFT gets the cost model's prediction for the route taken, a
 As live, the router learns how much slower than calibrated its prefills run at each load
 (`schedulers.feedback.TtftFeedback`, fed with each prefill's simulated queue wait + compute on
 its worker against the prediction), and gives every worker that factor for the requests in
-flight on the host (the simulated cluster is one host) in the view.
+flight on the host (the simulated cluster is one host), times the worker's own offset, in the
+view.
 
 As live, the view gives each worker's stall (`schedulers.stall.worker_silence`: silent past
 twice the longest it could take to give anything back), and under the adaptive policy a prompt
@@ -67,8 +68,9 @@ class SimRouter:
         self._fallback_policy = ColocatedPolicy()
         self.feedback = TtftFeedback()
         # Per request decided with a prediction: (predicted queue + prefill on its prefilling
-        # worker, that worker's speed factor, requests in flight on the host) at the decision.
-        self._at_decision: dict[str, tuple[float, float, int]] = {}
+        # worker, that worker's speed factor, requests in flight on the host, the worker) at the
+        # decision.
+        self._at_decision: dict[str, tuple[float, float, int, str]] = {}
         self._prefill_start_s: dict[str, float] = {}  # when the prompt reached its prefilling worker
         # The stall rule's inputs, as the live router keeps them: the longest path outside the
         # engines, each worker's last output (a token or a prefilled prompt), the requests
@@ -85,14 +87,17 @@ class SimRouter:
     def host_inflight(self) -> int:
         return sum(self.num_inflight.values())
 
+    def speed(self, wid: str) -> float:
+        """`wid`'s speed factor now: the host's load line and its own offset (feedback.py)."""
+        return self.feedback.factor_at(self.host_inflight, wid)
+
     def view(self, now_s: float = 0.0) -> ClusterView:
-        speed = self.feedback.factor_at(self.host_inflight)
         workers = tuple(WorkerView(
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
             num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
             decode_slack_s=self._decode_slack_s(w, now_s, speed), stall_s=self._stall_s(wid, now_s, speed))
-            for wid, w in self.workers.items())
+            for wid, w in self.workers.items() for speed in [self.speed(wid)])
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
     def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float) -> float:
@@ -123,7 +128,7 @@ class SimRouter:
 
     def _stall_s(self, wid: str, now_s: float, speed: float | None = None) -> float:
         """`wid`'s stall at `now_s` (`pd_serve.router.Router._stall_s`), each stall counted once."""
-        speed = self.feedback.factor_at(self.host_inflight) if speed is None else speed
+        speed = self.speed(wid) if speed is None else speed
         return self._counted(wid, self._silence(wid, now_s, speed))
 
     def _counted(self, wid: str, silence: Silence | None) -> float:
@@ -152,10 +157,9 @@ class SimRouter:
         when it is no longer queued there. `pid` stalled and `did` not is the reason."""
         if not self.prefill_queues.has(pid, request_id):
             return None, None
-        speed = self.feedback.factor_at(self.host_inflight)
-        silence = self._silence(pid, now_s, speed)
+        silence = self._silence(pid, now_s, self.speed(pid))
         stalled_s = self._counted(pid, silence)
-        if stalled_s > 0 and self._stall_s(did, now_s, speed) == 0:
+        if stalled_s > 0 and self._stall_s(did, now_s) == 0:
             return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)", None
         next_s = now_s + GIVE_UP_CHECK_S
         if stalled_s == 0 and silence is not None:  # when it would stall if nothing came back meanwhile
@@ -195,7 +199,7 @@ class SimRouter:
         if predicted_s > 0:
             wid = decision.prefill_worker or decision.decode_worker
             speed = next(w.speed_factor for w in view.workers if w.worker_id == wid)
-            self._at_decision[request.request_id] = (predicted_s, speed, self.host_inflight)
+            self._at_decision[request.request_id] = (predicted_s, speed, self.host_inflight, wid)
         return decision
 
     def _predict(self, decision: Decision, request: RequestInfo, view: ClusterView) -> RoutePrediction:
@@ -227,8 +231,8 @@ class SimRouter:
         start_s = self._prefill_start_s.pop(request_id, None)
         at_decision = self._at_decision.pop(request_id, None)
         if start_s is not None and at_decision is not None:
-            predicted_s, speed, num_inflight = at_decision
-            self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight)
+            predicted_s, speed, num_inflight, wid = at_decision
+            self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight, wid)
 
     def done(self, worker_id: str, request_id: str) -> None:
         self.num_inflight[worker_id] -= 1

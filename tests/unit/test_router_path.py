@@ -54,10 +54,11 @@ def test_the_feedback_learns_the_calibrated_prediction_at_the_load_it_was_decide
     r = _router()
     seen = []
     r.feedback = SimpleNamespace(observe=lambda *args: seen.append(args))
-    r._load_at_decision["r-colocated"] = (1.5, 3)  # its worker's speed factor, requests in flight
+    r._load_at_decision["r-colocated"] = (1.5, 3, "both-0")  # its worker's speed factor, host load, id
     decision = SimpleNamespace(predictions={"colocated.queue_s": 0.015, "colocated.prefill_s": 0.045})
     Router._observe_actuals(r, _result("colocated", 0.080), decision, {"decode": 0.072})
-    assert seen == [pytest.approx((0.04, 0.072, 3))]  # 0.06 predicted / 1.5: the idle-host model's
+    assert len(seen) == 1 and seen[0][3] == "both-0"  # learnt as that worker's
+    assert seen[0][:3] == pytest.approx((0.04, 0.072, 3))  # 0.06 predicted / 1.5: the idle-host model's
     assert r.prediction_log[0]["host_inflight"] == 3 and r.prediction_log[0]["speed_factor"] == 1.5
 
 
