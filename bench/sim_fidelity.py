@@ -646,7 +646,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         "request_path": {k: float(path.get(k) or 0.0) for k in ("colocated_s", "disaggregated_s")},
         "host": host_spec,
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
-                             "params": dict(cfg.scheduler.params)}},
+                             "params": dict(cfg.scheduler.params),
+                             "speed_by_worker": cfg.scheduler.speed_by_worker}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
     }, source=label)
 
@@ -671,7 +672,8 @@ def stretch_draws(cal: Mapping[str, Any]) -> dict[str, list[float]]:
 def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, workload: Workload) -> SimResult:
     """Serve `workload` on the config's cluster with the calibrated step times."""
     cluster = build_cluster(config, label, step_model=step_model)
-    return simulate(workload, cluster, build_policy(config, label, cluster))
+    return simulate(workload, cluster, build_policy(config, label, cluster),
+                    speed_by_worker=config.policies[label].speed_by_worker)
 
 
 def live_run_shape(summary: Mapping[str, Any]) -> tuple[int, int]:

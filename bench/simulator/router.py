@@ -52,7 +52,7 @@ def give_up_check_s(sent_s: float, at_s: float) -> float:
 class SimRouter:
     def __init__(self, policy: Policy, workers: Mapping[str, SimWorker], link: LinkEstimate,
                  kv_bytes_per_token: int, predictor: RoutePredictor | None = None,
-                 slo_table: SloTable | None = None, path_s: float = 0.0) -> None:
+                 slo_table: SloTable | None = None, path_s: float = 0.0, speed_by_worker: bool = True) -> None:
         self.policy = policy
         self.predictor = predictor
         self.slo_table = slo_table or SloTable()
@@ -66,7 +66,7 @@ class SimRouter:
         self.prefill_queues = PrefillQueues()
         self.num_fallbacks = 0
         self._fallback_policy = ColocatedPolicy()
-        self.feedback = TtftFeedback()
+        self.feedback = TtftFeedback(by_worker=speed_by_worker)
         # Per request decided with a prediction: (predicted queue + prefill on its prefilling
         # worker, that worker's speed factor, requests in flight on the host, the worker) at the
         # decision.

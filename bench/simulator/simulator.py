@@ -98,7 +98,7 @@ class Simulator:
     """One run of one workload on one cluster under one policy (build a new one per run)."""
 
     def __init__(self, cluster: ClusterSpec, policy: Policy, keep_decisions: bool = False,
-                 max_events: int = DEFAULT_MAX_EVENTS) -> None:
+                 max_events: int = DEFAULT_MAX_EVENTS, speed_by_worker: bool = True) -> None:
         self.cluster = cluster
         cost = StepCost.of(cluster.step_model)
         self.kv = cluster.step_model.kv
@@ -111,7 +111,8 @@ class Simulator:
         self.router = SimRouter(policy, self.workers, cluster.link.estimate(), self.kv.bytes_per_token,
                                 RoutePredictor(cluster.step_model, cluster.chunk_tokens),
                                 getattr(policy, "slo_table", None),
-                                max(cluster.request_path.colocated_s, cluster.request_path.disaggregated_s))
+                                max(cluster.request_path.colocated_s, cluster.request_path.disaggregated_s),
+                                speed_by_worker)
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
         self.max_events = max_events
@@ -502,7 +503,8 @@ class Simulator:
 
 
 def simulate(workload: Workload, cluster: ClusterSpec, policy: Policy,
-             keep_decisions: bool = False) -> SimResult:
+             keep_decisions: bool = False, speed_by_worker: bool = True) -> SimResult:
     """Serve `workload` on `cluster`, routing every request with `policy.decide` (the real policy
-    object), and return one `RequestRecord` per request."""
-    return Simulator(cluster, policy, keep_decisions).run(workload)
+    object), and return one `RequestRecord` per request. `speed_by_worker`: the router's speed
+    factor per worker (the live router's `scheduler.speed_by_worker`)."""
+    return Simulator(cluster, policy, keep_decisions, speed_by_worker=speed_by_worker).run(workload)

@@ -10,7 +10,6 @@ import pytest
 from bench.simulator.host import HostSpec
 from bench.simulator.simulator import Simulator
 from bench.workloads import RequestSpec, Workload
-from schedulers.feedback import TtftFeedback
 from schedulers.policies import LengthThresholdPolicy
 
 from .sim_clusters import cluster
@@ -40,7 +39,6 @@ def test_the_simulated_router_learns_a_prefill_only_engine_slower_than_its_host(
         assert statistics.median(ratios) == pytest.approx(1.0, abs=0.06), (route, ratios)
     factors = by_worker.router.feedback.worker_factors()
     assert factors["prefill-0"] / factors["both-0"] > 1.25
-    shared = Simulator(hybrid, LengthThresholdPolicy())
-    shared.router.feedback = TtftFeedback(by_worker=False)
+    shared = Simulator(hybrid, LengthThresholdPolicy(), speed_by_worker=False)
     errors = last_errors(shared)
     assert statistics.median(errors["disaggregated"]) > 1.1 and statistics.median(errors["colocated"]) < 0.92
