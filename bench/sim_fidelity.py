@@ -647,7 +647,7 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         "host": host_spec,
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params),
-                             "speed_by_worker": cfg.scheduler.speed_by_worker}},
+                             "speed_by_role": cfg.scheduler.speed_by_role}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
     }, source=label)
 
@@ -673,7 +673,7 @@ def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, wo
     """Serve `workload` on the config's cluster with the calibrated step times."""
     cluster = build_cluster(config, label, step_model=step_model)
     return simulate(workload, cluster, build_policy(config, label, cluster),
-                    speed_by_worker=config.policies[label].speed_by_worker)
+                    speed_by_role=config.policies[label].speed_by_role)
 
 
 def live_run_shape(summary: Mapping[str, Any]) -> tuple[int, int]:

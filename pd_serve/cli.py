@@ -78,9 +78,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
         factors = ", ".join(f"x{f:.2f} at {n}" for n, f in speed["factor_by_inflight"].items())
         print(f"  prefills against the calibration, by requests in flight on the host: {factors} "
               f"(from {speed['observed']} prefills)")
-        by_worker = ", ".join(f"{wid} x{f:.2f}" for wid, f in speed.get("worker_factors", {}).items())
-        if by_worker:
-            print(f"  each worker against its host's factor: {by_worker}")
+        by_role = ", ".join(f"{role} x{f:.2f}" for role, f in speed.get("role_factors", {}).items())
+        if by_role:
+            print(f"  each kind of engine against its host's factor: {by_role}")
     return 0
 
 

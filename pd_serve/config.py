@@ -99,8 +99,8 @@ class SchedulerConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     slo: SloConfig = Field(default_factory=SloConfig)
     calibrate: bool = Field(True, description="fit the step-time model on the engines at start-up")
-    speed_by_worker: bool = Field(True, description="each worker's predictions learn its own speed over "
-                                                    "the host's (schedulers/feedback.py); false: one factor")
+    speed_by_role: bool = Field(True, description="each kind of engine's predictions learn its own speed "
+                                                  "over the host's (schedulers/feedback.py); false: one factor")
 
     @model_validator(mode="after")
     def _policy_params(self) -> "SchedulerConfig":

@@ -123,8 +123,8 @@ class Router:
                          for wid, i in infos.items()}
         self.step_model = step_model  # as calibrated at start-up, on an idle host
         # How much slower than calibrated the engines run, by the load on their host and by
-        # worker (the view gives each worker its factor; feedback.py).
-        self.feedback = TtftFeedback(by_worker=config.scheduler.speed_by_worker)
+        # role (the view gives each worker its factor; feedback.py).
+        self.feedback = TtftFeedback(by_role=config.scheduler.speed_by_role)
         # What TTFTs hold outside the engines, measured per request (path_estimate.py).
         self.paths = {route: RecentMedian() for route in ("colocated", "disaggregated")}
         self.slo_table = config.scheduler.slo.table()
@@ -221,9 +221,9 @@ class Router:
 
     def _running_and_speed(self, wid: str) -> tuple[int, float]:
         """`wid`'s running requests as it last reported them, and its speed factor now (its host's
-        load line and its own offset)."""
+        load line and its role's offset)."""
         num_running = int((self.loads.get(wid) or {}).get("num_running", 0))
-        return num_running, self.feedback.factor_at(self.host_inflight(wid), wid)
+        return num_running, self.feedback.factor_at(self.host_inflight(wid), self.infos[wid].role)
 
     def view(self) -> ClusterView:
         workers = []
@@ -317,7 +317,7 @@ class Router:
         fb = self.feedback
         return {"observed": fb.num_observed, "load_slope": fb.line()[1],
                 "factor_by_inflight": {n: fb.factor_at(n) for n in (0, 1, 2, 4, 8)},
-                "worker_factors": fb.worker_factors()}
+                "role_factors": fb.role_factors()}
 
     def metrics_text(self) -> str:  # [frontdoors]
         """The Prometheus exposition of this deployment's metrics (pd_serve/metrics.py)."""
@@ -471,7 +471,7 @@ class Router:
         prefill_s = engine_s.get("prefill" if result.route == "disaggregated" else "decode")
         if prefill_s and predicted_s > 0 and at_decision is not None:
             speed, num_inflight, wid = at_decision
-            self.feedback.observe(predicted_s / speed, prefill_s, num_inflight, wid)
+            self.feedback.observe(predicted_s / speed, prefill_s, num_inflight, self.infos[wid].role)
 
     async def prediction_errors(self) -> list[dict]:
         """Recent requests that had a prediction: route, predicted and actual TTFT, the named

@@ -25,15 +25,18 @@ while the loads seen barely differ, so that a few requests at one load cannot ti
 The first `warmup` observations only accumulate, so one odd request at start-up does not swing
 the model.
 
-On top of the host's line, each worker has its own offset r_w (`by_worker`): the engines on one
-host do not run alike. On runs 91-93, hybrid's prefill-only engine ran its prompts 1.05-1.19x
-slower than the shared factor predicted (median by length bucket; p90 1.4-1.9x), while its
-both-engine, which gives most of the observations, ran 0.91-1.0x. A factor learned from all
+On top of the host's line, each kind of engine (role) has its own offset r_k (`by_role`): the
+engines on one host do not run alike. On runs 91-93, hybrid's prefill-only engine ran its prompts
+1.05-1.19x slower than the shared factor predicted (median by length bucket; p90 1.4-1.9x), while
+its both-engine, which gives most of the observations, ran 0.91-1.0x. A factor learned from all
 prefills priced the prefill engine's queue as the both-engine's, and the router kept sending it
-prompts. The offsets are fitted by backfitting with the same forgetting: r_w is the forgotten
-mean of worker w's residuals off the line, shrunk toward 0 by `worker_prior` observations (so a
-worker seen a few times borrows the host's factor), and the line is fitted to each observation
-less its worker's offset. A worker's factor is exp(a + b log(1 + n) + r_w), clamped as above.
+prompts. By role, not by worker: engines of one role on one host run alike, and an offset per
+worker chased noise (simulated at GPU scale, the adaptive policy on two alike engines met its SLOs
+0.3-1.8 points less often with one; by role, as often as with none). The offsets are fitted by
+backfitting with the same forgetting: r_k is the forgotten mean of role k's residuals off the
+line, shrunk toward 0 by `role_prior` observations (so a role seen a few times borrows the host's
+factor), and the line is fitted to each observation less its role's offset. An engine's factor
+is exp(a + b log(1 + n) + r_k), clamped as above.
 """
 from __future__ import annotations
 
@@ -53,8 +56,8 @@ def predicted_prefill_s(route: str, predictions: Mapping[str, float]) -> float:
 
 
 @dataclass
-class _WorkerOffset:
-    """One worker's forgotten sum of residuals off the host's line, and their weight."""
+class _RoleOffset:
+    """One role's forgotten sum of residuals off the host's line, and their weight."""
     weight: float = 0.0
     total: float = 0.0
 
@@ -69,33 +72,34 @@ class TtftFeedback:
     min_factor: float = 0.25
     max_factor: float = 4.0
     ridge: float = 0.2       # in units of weight x x^2: about a dozen observations at n = 1
-    by_worker: bool = True
-    worker_prior: float = 3.0  # observations at offset 0 a worker's own residuals are weighed with
+    by_role: bool = True
+    role_prior: float = 3.0  # observations at offset 0 a role's own residuals are weighed with
     num_observed: int = 0
     _w: float = 0.0
     _sx: float = 0.0
     _sy: float = 0.0
     _sxx: float = 0.0
     _sxy: float = 0.0
-    _offsets: dict[str, _WorkerOffset] = field(default_factory=dict, repr=False)
+    _offsets: dict[str, _RoleOffset] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.half_life <= 0 or not 0 < self.min_factor <= 1 <= self.max_factor or self.ridge < 0:
             raise ValueError("half_life must be > 0, min_factor <= 1 <= max_factor and ridge >= 0")
-        if self.worker_prior <= 0:
-            raise ValueError("worker_prior must be > 0")
+        if self.role_prior <= 0:
+            raise ValueError("role_prior must be > 0")
 
     def observe(self, raw_predicted_s: float, actual_s: float, num_inflight: int = 0,
-                worker_id: str | None = None) -> None:
+                role: str | None = None) -> None:
         """One finished request: its uncorrected prediction, its measured time (seconds), the
-        requests in flight on its host when it was decided, and the worker that prefilled it."""
+        requests in flight on its host when it was decided, and the role of the engine that
+        prefilled it."""
         if not (raw_predicted_s > 0 and actual_s > 0):
             return
         decay = 0.5 ** (1.0 / self.half_life)
         x, y = load_coordinate(num_inflight), math.log(actual_s / raw_predicted_s)
-        if self.by_worker and worker_id is not None:
-            offset = self._offsets.setdefault(worker_id, _WorkerOffset())
-            y_line = y - offset.value(self.worker_prior)  # what the host's line is left to explain
+        if self.by_role and role is not None:
+            offset = self._offsets.setdefault(role, _RoleOffset())
+            y_line = y - offset.value(self.role_prior)  # what the host's line is left to explain
             if self.num_observed >= self.warmup:  # until then the line is flat at 0 and knows nothing
                 a, b = self.line()
                 offset.weight = offset.weight * decay + 1.0
@@ -118,21 +122,21 @@ class TtftFeedback:
         slope = max(0.0, spread_xy / (spread_xx + self.ridge)) if spread_xx + self.ridge > 0 else 0.0
         return mean_y - slope * mean_x, slope
 
-    def offset(self, worker_id: str | None) -> float:
-        """Worker `worker_id`'s log factor over the host's line (0 for a worker not seen)."""
-        offset = self._offsets.get(worker_id) if self.by_worker and worker_id is not None else None
-        return 0.0 if offset is None else offset.value(self.worker_prior)
+    def offset(self, role: str | None) -> float:
+        """Role `role`'s log factor over the host's line (0 for a role not seen)."""
+        offset = self._offsets.get(role) if self.by_role and role is not None else None
+        return 0.0 if offset is None else offset.value(self.role_prior)
 
-    def factor_at(self, num_inflight: int, worker_id: str | None = None) -> float:
+    def factor_at(self, num_inflight: int, role: str | None = None) -> float:
         """The multiplier for the calibrated model's step times on a host with `num_inflight`
-        requests in flight, for worker `worker_id` (None: the host's; 1.0 until warmed up)."""
+        requests in flight, for an engine of role `role` (None: the host's; 1.0 until warmed up)."""
         a, b = self.line()
-        log_factor = a + b * load_coordinate(num_inflight) + self.offset(worker_id)
+        log_factor = a + b * load_coordinate(num_inflight) + self.offset(role)
         return min(self.max_factor, max(self.min_factor, math.exp(log_factor)))
 
-    def worker_factors(self) -> dict[str, float]:
-        """Each worker seen: how many times the host's factor its prefills run."""
-        return {wid: math.exp(self.offset(wid)) for wid in sorted(self._offsets)}
+    def role_factors(self) -> dict[str, float]:
+        """Each role seen: how many times the host's factor its engines' prefills run."""
+        return {role: math.exp(self.offset(role)) for role in sorted(self._offsets)}
 
     @property
     def factor(self) -> float:

@@ -210,8 +210,8 @@ class PolicyRunConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     policy: Optional[str] = None
     engine: dict[str, Any] = Field(default_factory=dict, description="overrides for this entry's engines")
-    speed_by_worker: bool = Field(True, description="the router learns each worker's speed (the live "
-                                                    "scheduler.speed_by_worker); false: one factor")
+    speed_by_role: bool = Field(True, description="the router learns each kind of engine's speed (the live "
+                                                  "scheduler.speed_by_role); false: one factor")
 
     @field_validator("engine")
     @classmethod

@@ -12,8 +12,7 @@ without a predicted TTFT gets the cost model's prediction for the route taken, a
 As live, the router learns how much slower than calibrated its prefills run at each load
 (`schedulers.feedback.TtftFeedback`, fed with each prefill's simulated queue wait + compute on
 its worker against the prediction), and gives every worker that factor for the requests in
-flight on the host (the simulated cluster is one host), times the worker's own offset, in the
-view.
+flight on the host (the simulated cluster is one host), times its role's offset, in the view.
 
 As live, the view gives each worker's stall (`schedulers.stall.worker_silence`: silent past
 twice the longest it could take to give anything back), and under the adaptive policy a prompt
@@ -52,7 +51,7 @@ def give_up_check_s(sent_s: float, at_s: float) -> float:
 class SimRouter:
     def __init__(self, policy: Policy, workers: Mapping[str, SimWorker], link: LinkEstimate,
                  kv_bytes_per_token: int, predictor: RoutePredictor | None = None,
-                 slo_table: SloTable | None = None, path_s: float = 0.0, speed_by_worker: bool = True) -> None:
+                 slo_table: SloTable | None = None, path_s: float = 0.0, speed_by_role: bool = True) -> None:
         self.policy = policy
         self.predictor = predictor
         self.slo_table = slo_table or SloTable()
@@ -66,7 +65,7 @@ class SimRouter:
         self.prefill_queues = PrefillQueues()
         self.num_fallbacks = 0
         self._fallback_policy = ColocatedPolicy()
-        self.feedback = TtftFeedback(by_worker=speed_by_worker)
+        self.feedback = TtftFeedback(by_role=speed_by_role)
         # Per request decided with a prediction: (predicted queue + prefill on its prefilling
         # worker, that worker's speed factor, requests in flight on the host, the worker) at the
         # decision.
@@ -88,8 +87,8 @@ class SimRouter:
         return sum(self.num_inflight.values())
 
     def speed(self, wid: str) -> float:
-        """`wid`'s speed factor now: the host's load line and its own offset (feedback.py)."""
-        return self.feedback.factor_at(self.host_inflight, wid)
+        """`wid`'s speed factor now: the host's load line and its role's offset (feedback.py)."""
+        return self.feedback.factor_at(self.host_inflight, self.workers[wid].spec.role)
 
     def view(self, now_s: float = 0.0) -> ClusterView:
         workers = tuple(WorkerView(
@@ -232,7 +231,7 @@ class SimRouter:
         at_decision = self._at_decision.pop(request_id, None)
         if start_s is not None and at_decision is not None:
             predicted_s, speed, num_inflight, wid = at_decision
-            self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight, wid)
+            self.feedback.observe(predicted_s / speed, now_s - start_s, num_inflight, self.workers[wid].spec.role)
 
     def done(self, worker_id: str, request_id: str) -> None:
         self.num_inflight[worker_id] -= 1

@@ -98,7 +98,7 @@ class Simulator:
     """One run of one workload on one cluster under one policy (build a new one per run)."""
 
     def __init__(self, cluster: ClusterSpec, policy: Policy, keep_decisions: bool = False,
-                 max_events: int = DEFAULT_MAX_EVENTS, speed_by_worker: bool = True) -> None:
+                 max_events: int = DEFAULT_MAX_EVENTS, speed_by_role: bool = True) -> None:
         self.cluster = cluster
         cost = StepCost.of(cluster.step_model)
         self.kv = cluster.step_model.kv
@@ -112,7 +112,7 @@ class Simulator:
                                 RoutePredictor(cluster.step_model, cluster.chunk_tokens),
                                 getattr(policy, "slo_table", None),
                                 max(cluster.request_path.colocated_s, cluster.request_path.disaggregated_s),
-                                speed_by_worker)
+                                speed_by_role)
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
         self.max_events = max_events
@@ -503,8 +503,8 @@ class Simulator:
 
 
 def simulate(workload: Workload, cluster: ClusterSpec, policy: Policy,
-             keep_decisions: bool = False, speed_by_worker: bool = True) -> SimResult:
+             keep_decisions: bool = False, speed_by_role: bool = True) -> SimResult:
     """Serve `workload` on `cluster`, routing every request with `policy.decide` (the real policy
-    object), and return one `RequestRecord` per request. `speed_by_worker`: the router's speed
-    factor per worker (the live router's `scheduler.speed_by_worker`)."""
-    return Simulator(cluster, policy, keep_decisions, speed_by_worker=speed_by_worker).run(workload)
+    object), and return one `RequestRecord` per request. `speed_by_role`: the router's speed
+    factor per kind of engine (the live router's `scheduler.speed_by_role`)."""
+    return Simulator(cluster, policy, keep_decisions, speed_by_role=speed_by_role).run(workload)

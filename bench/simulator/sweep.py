@@ -61,7 +61,7 @@ def run_one(config: SimConfig, label: str, workload: Workload, rate_per_s: float
     cluster = build_cluster(config, label)
     policy = build_policy(config, label, cluster)
     started = time.perf_counter()
-    result = simulate(workload, cluster, policy, speed_by_worker=config.policies[label].speed_by_worker)
+    result = simulate(workload, cluster, policy, speed_by_role=config.policies[label].speed_by_role)
     wall_s = time.perf_counter() - started
     summary = summarize(result.records, config.slo_spec)
     workers = dict(config.policies[label].workers)

@@ -24,7 +24,8 @@ def test_a_route_holds_the_share_of_every_engine_it_calls():
 
 def _router():
     return SimpleNamespace(paths={"colocated": RecentMedian(), "disaggregated": RecentMedian()},
-                           prediction_log=[], feedback=TtftFeedback(), _load_at_decision={})
+                           prediction_log=[], feedback=TtftFeedback(), _load_at_decision={},
+                           infos={"both-0": SimpleNamespace(role="both")})
 
 
 def _result(route, ttft_s):
@@ -57,7 +58,7 @@ def test_the_feedback_learns_the_calibrated_prediction_at_the_load_it_was_decide
     r._load_at_decision["r-colocated"] = (1.5, 3, "both-0")  # its worker's speed factor, host load, id
     decision = SimpleNamespace(predictions={"colocated.queue_s": 0.015, "colocated.prefill_s": 0.045})
     Router._observe_actuals(r, _result("colocated", 0.080), decision, {"decode": 0.072})
-    assert len(seen) == 1 and seen[0][3] == "both-0"  # learnt as that worker's
+    assert len(seen) == 1 and seen[0][3] == "both"  # learnt as its kind of engine's
     assert seen[0][:3] == pytest.approx((0.04, 0.072, 3))  # 0.06 predicted / 1.5: the idle-host model's
     assert r.prediction_log[0]["host_inflight"] == 3 and r.prediction_log[0]["speed_factor"] == 1.5
 

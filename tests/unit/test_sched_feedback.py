@@ -73,40 +73,40 @@ def _two_engines(fb: TtftFeedback, rounds: int = 60) -> None:
     for i in range(rounds):
         for n in range(4):
             slowdown = 1.0 + 0.1 * n
-            fb.observe(0.1, 0.1 * slowdown, num_inflight=n, worker_id="both")
+            fb.observe(0.1, 0.1 * slowdown, num_inflight=n, role="both")
             if i % 4 == n:  # about one in five observations
-                fb.observe(0.1, 0.1 * slowdown * 1.4, num_inflight=n, worker_id="prefill")
+                fb.observe(0.1, 0.1 * slowdown * 1.4, num_inflight=n, role="prefill")
 
 
-def test_each_worker_learns_its_own_speed_over_the_hosts_line():
+def test_each_kind_of_engine_learns_its_own_speed_over_the_hosts_line():
     fb = TtftFeedback(half_life=50)
     _two_engines(fb)
     for n in (0, 2):
         assert fb.factor_at(n, "both") == pytest.approx(1.0 + 0.1 * n, rel=0.05)
-        # shrunk toward the host by `worker_prior` observations: a little under 1.4
+        # shrunk toward the host by `role_prior` observations: a little under 1.4
         assert 1.3 < fb.factor_at(n, "prefill") / fb.factor_at(n, "both") <= 1.4
     assert fb.line()[1] > 0  # the load line still rises
-    assert set(fb.worker_factors()) == {"both", "prefill"}
-    assert fb.factor_at(2, "never-seen") == fb.factor_at(2)  # a worker not seen gets the host's
+    assert set(fb.role_factors()) == {"both", "prefill"}
+    assert fb.factor_at(2, "decode") == fb.factor_at(2)  # a role not seen gets the host's
 
 
-def test_one_factor_for_all_workers_when_asked():
-    shared = TtftFeedback(half_life=50, by_worker=False)
+def test_one_factor_for_all_engines_when_asked():
+    shared = TtftFeedback(half_life=50, by_role=False)
     _two_engines(shared)
     assert shared.factor_at(1, "prefill") == shared.factor_at(1, "both") == shared.factor_at(1)
     assert shared.factor_at(0) > 1.03  # the slow engine pulls everyone's factor up
-    assert shared.worker_factors() == {}
+    assert shared.role_factors() == {}
 
 
-def test_a_worker_seen_a_few_times_borrows_the_hosts_factor():
-    fb = TtftFeedback(warmup=3, worker_prior=3.0)
+def test_a_role_seen_a_few_times_borrows_the_hosts_factor():
+    fb = TtftFeedback(warmup=3, role_prior=3.0)
     for _ in range(10):
-        fb.observe(0.1, 0.1, worker_id="both")
-    fb.observe(0.1, 0.3, worker_id="prefill")  # one prefill 3x slow
-    # its own offset takes a quarter of the log (one observation against worker_prior's three);
+        fb.observe(0.1, 0.1, role="both")
+    fb.observe(0.1, 0.3, role="prefill")  # one prefill 3x slow
+    # its own offset takes a quarter of the log (one observation against role_prior's three);
     # the host's line takes about a tenth of it (one observation in eleven)
     host = fb.factor_at(0)
     assert 1.05 < host < 1.15 and fb.factor_at(0, "both") == pytest.approx(host, rel=0.02)
     assert fb.factor_at(0, "prefill") / host == pytest.approx(3.0 ** 0.25, rel=0.05)
     with pytest.raises(ValueError):
-        TtftFeedback(worker_prior=0)
+        TtftFeedback(role_prior=0)

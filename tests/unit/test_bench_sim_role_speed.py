@@ -1,4 +1,4 @@
-"""The simulated router gives each worker its own speed, as the live one does
+"""The simulated router gives each kind of engine its own speed, as the live one does
 (schedulers/feedback.py): a prefill-only engine that runs slower than its host's both-engine is
 priced as it runs."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .sim_clusters import cluster
 def test_the_simulated_router_learns_a_prefill_only_engine_slower_than_its_host():
     # Hybrid, r0 streaming throughout: the prefill-only engine's prefills run 1.6x beside the
     # streams, the both-engine's as calibrated (load_stretch_beside, as measured live). Long
-    # prompts go to the prefill engine, short ones stay. Each worker learns its own speed, and
+    # prompts go to the prefill engine, short ones stay. Each role learns its own speed, and
     # both routes' TTFTs come out as predicted at the median; one factor for both misprices each
     # by 10-20%.
     prompts = tuple(RequestSpec(f"p{i}", 0.1 + 0.2 * i, 512 if i % 2 else 3000, 1) for i in range(60))
@@ -34,11 +34,11 @@ def test_the_simulated_router_learns_a_prefill_only_engine_slower_than_its_host(
             errors.setdefault(r.route, []).append(r.ttft_s / r.predicted_ttft_s)
         return errors
 
-    by_worker = Simulator(hybrid, LengthThresholdPolicy())
-    for route, ratios in last_errors(by_worker).items():
+    by_role = Simulator(hybrid, LengthThresholdPolicy())
+    for route, ratios in last_errors(by_role).items():
         assert statistics.median(ratios) == pytest.approx(1.0, abs=0.06), (route, ratios)
-    factors = by_worker.router.feedback.worker_factors()
-    assert factors["prefill-0"] / factors["both-0"] > 1.25
-    shared = Simulator(hybrid, LengthThresholdPolicy(), speed_by_worker=False)
+    factors = by_role.router.feedback.role_factors()
+    assert factors["prefill"] / factors["both"] > 1.25
+    shared = Simulator(hybrid, LengthThresholdPolicy(), speed_by_role=False)
     errors = last_errors(shared)
     assert statistics.median(errors["disaggregated"]) > 1.1 and statistics.median(errors["colocated"]) < 0.92
