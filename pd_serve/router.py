@@ -37,7 +37,7 @@ from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.registry import make_policy
 from schedulers.route_prediction import RoutePredictor
-from schedulers.stall import worker_silence
+from schedulers.stall import take_back_reason, worker_silence
 from schedulers.step_time import StepTimeModel
 from schedulers.types import (ROLE_PREFILL, ClusterView, Decision, LinkEstimate, NoCandidateError,
                               RequestInfo, WorkerView)
@@ -569,10 +569,7 @@ class Router:
         from costing a prompt its place in a queue that was about to serve it."""
         if time.time() - t_sent < ttft_slo_s:
             return None
-        stalled_s = self._worker_stall_s(pid)
-        if stalled_s <= 0 or self._worker_stall_s(did) > 0:
-            return None
-        return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)"
+        return take_back_reason(pid, self._worker_stall_s(pid), lambda: self._worker_stall_s(did))
 
     async def _decode(self, rid: str, token_ids: list[int], req: GenerateRequest, wid: str,
                       kv_params: dict | None, result: GenerateResult,

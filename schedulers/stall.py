@@ -28,7 +28,7 @@ than that are the step-time noise the speed factor already follows.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from schedulers.prefill_queues import PrefillQueues
@@ -91,3 +91,15 @@ def worker_silence(worker_id: str, now_s: float, *, num_decodes: int, streaming:
     num_tokens = queues.num_tokens_sent_by(worker_id, since_s + path_s)
     longest_wait_s = predictor.prefill_queue_s(num_tokens, num_decodes, speed_factor) + path_s
     return Silence(max(0.0, now_s - since_s), longest_wait_s, "prefilled prompt")
+
+
+def take_back_reason(prefill_id: str, prefill_stall_s: float, decode_stall_s: Callable[[], float]) -> str | None:
+    """Why to take a prompt that has waited its whole TTFT SLO on its prefill worker `prefill_id`
+    back and prefill it on its decode worker, as the live router (`pd_serve.router.Router.
+    _prefill_stalled`) and the simulated one decide it: the prefill worker is stalled
+    (`prefill_stall_s` > 0) and the decode worker is not (`decode_stall_s`, asked only then:
+    reading a stall counts it); else None. The callers wait out the SLO: the live router polls
+    from the start, the simulated one asks from the SLO on."""
+    if prefill_stall_s <= 0 or decode_stall_s() > 0:
+        return None
+    return f"prefill worker {prefill_id} stalled ({prefill_stall_s:.2f} s past its longest wait)"

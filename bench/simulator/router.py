@@ -35,7 +35,7 @@ from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
 from schedulers.route_prediction import RoutePrediction, RoutePredictor
 from schedulers.slo import SloTable
-from schedulers.stall import STALL_TOLERANCE, Silence, worker_silence
+from schedulers.stall import STALL_TOLERANCE, Silence, take_back_reason, worker_silence
 from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ClusterView, Decision, LinkEstimate,
                               NoCandidateError, Policy, RequestInfo, WorkerView)
 
@@ -150,16 +150,17 @@ class SimRouter:
         return self.slo_table.for_request(request)[0]
 
     def prefill_stalled(self, pid: str, did: str, request_id: str, now_s: float) -> tuple[str | None, float | None]:
-        """Whether to take the prompt `request_id` back from its prefill worker `pid` now, as the
-        live router's `_prefill_stalled` does once the prompt has waited its TTFT SLO: (why,
-        None) to take it back; (None, when to ask again) while it waits there; (None, None)
-        when it is no longer queued there. `pid` stalled and `did` not is the reason."""
+        """Whether to take the prompt `request_id` back from its prefill worker `pid` now, by the
+        live router's rule (`schedulers.stall.take_back_reason`; the simulator asks from when the
+        prompt has waited its TTFT SLO): (why, None) to take it back; (None, when to ask again)
+        while it waits there; (None, None) when it is no longer queued there."""
         if not self.prefill_queues.has(pid, request_id):
             return None, None
         silence = self._silence(pid, now_s, self.speed(pid))
         stalled_s = self._counted(pid, silence)
-        if stalled_s > 0 and self._stall_s(did, now_s) == 0:
-            return f"prefill worker {pid} stalled ({stalled_s:.2f} s past its longest wait)", None
+        why = take_back_reason(pid, stalled_s, lambda: self._stall_s(did, now_s))
+        if why is not None:
+            return why, None
         next_s = now_s + GIVE_UP_CHECK_S
         if stalled_s == 0 and silence is not None:  # when it would stall if nothing came back meanwhile
             onset_s = now_s - silence.silent_s + STALL_TOLERANCE * silence.longest_wait_s

@@ -8,7 +8,7 @@ from schedulers.model_spec import MODEL_SPECS
 from schedulers.policies import AdaptivePolicy
 from schedulers.route_prediction import RoutePredictor
 from schedulers.prefill_queues import PrefillQueues
-from schedulers.stall import STALL_TOLERANCE, stall_s, worker_silence
+from schedulers.stall import STALL_TOLERANCE, stall_s, take_back_reason, worker_silence
 from schedulers.step_time import StepTimeModel
 from schedulers.types import ClusterView, LinkEstimate, RequestInfo, WorkerView
 
@@ -129,3 +129,16 @@ def test_a_prompt_lost_either_way_goes_past_a_stalled_prefill_worker():
     # A stalled decoder too: no route is clear of the stall, and the decoder is spared again.
     both_stalled = ClusterView((WorkerView("p", "prefill", stall_s=0.5), WorkerView("b", "both", stall_s=0.5)), links)
     assert policy.decide(request, both_stalled).route == "disaggregated"
+
+
+def test_a_prompt_is_taken_back_from_a_stalled_prefill_worker_only_to_a_decode_worker_not_stalled():
+    asked = []
+
+    def decode_stall(s: float):
+        return lambda: asked.append(s) or s
+
+    assert take_back_reason("prefill-0", 1.25, decode_stall(0.0)) == \
+        "prefill worker prefill-0 stalled (1.25 s past its longest wait)"
+    assert take_back_reason("prefill-0", 1.25, decode_stall(0.4)) is None  # both stuck: stay
+    assert take_back_reason("prefill-0", 0.0, decode_stall(0.0)) is None
+    assert asked == [0.0, 0.4]  # the decode worker's stall is read only when the prefill worker's is
