@@ -647,7 +647,7 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         "host": host_spec,
         "policies": {label: {"policy": cfg.scheduler.policy, "workers": cfg.role_counts(),
                              "params": dict(cfg.scheduler.params),
-                             "speed_by_role": cfg.scheduler.speed_by_role_on("cpu")}},
+                             "speed_by_role": cfg.scheduler.speed_by_role}},
         "slo": {"ttft_buckets": [list(b) for b in slo.ttft_buckets], "tpot_slo_s": slo.tpot_s},
     }, source=label)
 

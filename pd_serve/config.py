@@ -99,10 +99,8 @@ class SchedulerConfig(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
     slo: SloConfig = Field(default_factory=SloConfig)
     calibrate: bool = Field(True, description="fit the step-time model on the engines at start-up")
-    speed_by_role: Optional[bool] = Field(
-        None, description="true: each kind of engine's predictions learn its own speed over the host's "
-                          "(schedulers/feedback.py); false: one factor for all; null: by role on GPUs, one "
-                          "factor on CPU (speed_by_role_on)")
+    speed_by_role: bool = Field(True, description="each kind of engine's predictions learn its own speed "
+                                                  "over the host's (schedulers/feedback.py); false: one factor")
 
     @model_validator(mode="after")
     def _policy_params(self) -> "SchedulerConfig":
@@ -115,16 +113,6 @@ class SchedulerConfig(_Strict):
         if self.policy == "adaptive" and not self.calibrate:
             raise ValueError("scheduler.calibrate: policy 'adaptive' needs the calibrated step-time model")
         return self
-
-    def speed_by_role_on(self, device: str) -> bool:
-        """Whether the router learns a speed per kind of engine on `device` ("cpu" or "gpu"):
-        as set, else on GPUs only. GPU engines compute apart, and there a factor per role prices
-        each as it runs (simulated, hybrid met its SLOs 0.8-7.7 points more often). CPU engines
-        share the host's cores: a prompt sent to the prefill engine slows the engine that
-        streams, which no prediction holds; live on run 94 (2026-12-06), the factor by role sent
-        more prompts to hybrid's prefill engine and served 3.4% fewer within SLO than one factor
-        for both (9 of 16 rounds lost, 4 tied), though it predicted that engine's prefills better."""
-        return self.speed_by_role if self.speed_by_role is not None else device == "gpu"
 
 
 class RouterConfig(_Strict):

@@ -306,9 +306,6 @@ def deploy(config: "DeploymentConfig | dict | str", address: str | None = None,
     cfg = as_config(config)
     device = cfg.resolved_device
     resolve_backend(cfg.transfer.backend, device)  # a backend that cannot run fails before any actor
-    # choices by device are made here, where the engines' device is known (the router sees none)
-    cfg = cfg.model_copy(update={"scheduler": cfg.scheduler.model_copy(
-        update={"speed_by_role": cfg.scheduler.speed_by_role_on(device)})})
     model = resolve_model(cfg.model)
     phase_done("model")  # the default model is generated here on a machine's first run
     owns_ray = init_ray(address)

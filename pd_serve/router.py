@@ -124,10 +124,7 @@ class Router:
         self.step_model = step_model  # as calibrated at start-up, on an idle host
         # How much slower than calibrated the engines run, by the load on their host and by
         # role (the view gives each worker its factor; feedback.py).
-        # (deploy() sets speed_by_role for the engines' device; the router's process may see none)
-        by_role = config.scheduler.speed_by_role
-        self.feedback = TtftFeedback(
-            by_role=config.scheduler.speed_by_role_on(config.resolved_device) if by_role is None else by_role)
+        self.feedback = TtftFeedback(by_role=config.scheduler.speed_by_role)
         # What TTFTs hold outside the engines, measured per request (path_estimate.py).
         self.paths = {route: RecentMedian() for route in ("colocated", "disaggregated")}
         self.slo_table = config.scheduler.slo.table()

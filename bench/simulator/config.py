@@ -211,7 +211,7 @@ class PolicyRunConfig(_Strict):
     policy: Optional[str] = None
     engine: dict[str, Any] = Field(default_factory=dict, description="overrides for this entry's engines")
     speed_by_role: bool = Field(True, description="the router learns each kind of engine's speed (the live "
-                                                  "scheduler.speed_by_role, on GPUs by default); false: one factor")
+                                                  "scheduler.speed_by_role); false: one factor")
 
     @field_validator("engine")
     @classmethod

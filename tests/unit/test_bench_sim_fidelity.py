@@ -121,9 +121,9 @@ def test_sim_config_mirrors_each_deployment(label, path, policy, workers, cal, m
         assert isinstance(policy_obj, AdaptivePolicy)
         assert config.slo_spec.tpot_slo_s == deployment["scheduler"]["slo"]["tpot_s"]
         assert cluster.chunk_tokens == 2048  # the live router's chunk: decode-capable budgets
-    assert run.speed_by_role is False  # the live router's default on CPU: one factor
-    deployment.setdefault("scheduler", {})["speed_by_role"] = True
-    assert sf.sim_config_for(label, deployment, cal, model_dir).policies[label].speed_by_role is True
+    assert run.speed_by_role is True  # the live router's default: each kind of engine's own speed
+    deployment.setdefault("scheduler", {})["speed_by_role"] = False
+    assert sf.sim_config_for(label, deployment, cal, model_dir).policies[label].speed_by_role is False
 
 
 def test_build_cluster_without_a_step_model_keeps_the_roofline(cal, model_dir):

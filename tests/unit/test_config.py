@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pd_serve.config import ConfigError, SchedulerConfig, config_from_dict, load_config
+from pd_serve.config import ConfigError, config_from_dict, load_config
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
 BASE = {"device": "cpu", "workers": {"prefill": {"count": 1}, "decode": {"count": 1}}}
@@ -96,13 +96,3 @@ def test_the_engine_start_timeout_defaults_by_device_and_can_be_set():
     assert _with(engine_start_timeout_s=45).resolved_engine_start_timeout_s == 45.0
     with pytest.raises(ConfigError, match="engine_start_timeout_s"):
         _with(engine_start_timeout_s=0)
-
-
-def test_speed_by_role_is_on_for_gpus_and_off_for_cpus_unless_set():
-    # GPU engines compute apart; CPU engines share the host's cores (run 94: by role lost 3.4%)
-    auto = SchedulerConfig()
-    assert auto.speed_by_role is None
-    assert auto.speed_by_role_on("gpu") is True and auto.speed_by_role_on("cpu") is False
-    for chosen in (True, False):
-        assert SchedulerConfig(speed_by_role=chosen).speed_by_role_on("gpu") is chosen
-        assert SchedulerConfig(speed_by_role=chosen).speed_by_role_on("cpu") is chosen
