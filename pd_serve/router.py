@@ -313,7 +313,8 @@ class Router:
         }
 
     def _feedback_summary(self) -> dict:
-        """How much slower than calibrated the prefills run, idle and at 1, 2, 4 and 8 in flight."""
+        """How much slower than calibrated the prefills run, idle and at 1, 2, 4 and 8 in flight,
+        and each kind of engine against that (feedback.py)."""
         fb = self.feedback
         return {"observed": fb.num_observed, "load_slope": fb.line()[1],
                 "factor_by_inflight": {n: fb.factor_at(n) for n in (0, 1, 2, 4, 8)},
