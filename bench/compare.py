@@ -289,6 +289,10 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
     results: dict[str, dict[str, Any]] = {}
     records_by_system: dict[str, dict[str, list]] = {}
     measured: dict[str, dict[str, Any]] = {}
+    # the configuration each deployment served, every default filled in: a replay months later
+    # simulates what ran, not what the config file and the defaults say by then (run 95's
+    # one-factor router was replayed by role once stop 51 made that the default)
+    deployments: dict[str, dict[str, Any]] = {}
     sweep: dict[str, list] = {}
     gc_pauses: dict[str, dict] = {}
     loop_stalls: dict[str, dict] = {}
@@ -299,6 +303,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
 
         def ready(dep: Any, label: str = label, client: GcPauses = client) -> None:
             measured[label] = measured_now(dep)
+            deployments[label] = dep.config.model_dump(mode="json")
             client.install()
 
         def done(dep: Any, label: str = label, client: GcPauses = client) -> None:
@@ -321,7 +326,7 @@ def rates_round(args: argparse.Namespace, slo: SloSpec, rates: list[float], out:
     if can_plot():
         plot_rate_sweep(sweep, out / "rate_sweep.png")
     return ({"experiment": "rates", "rates": rates, "rows": rows, "summaries": results, "measured": measured,
-             "gc_pauses": gc_pauses, "loop_stalls": loop_stalls, "system_order": order},
+             "deployments": deployments, "gc_pauses": gc_pauses, "loop_stalls": loop_stalls, "system_order": order},
             records_by_system)
 
 

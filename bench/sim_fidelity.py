@@ -91,7 +91,7 @@ from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, ME
 from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
-from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY
+from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, STRETCH_PREFILL_ONLY_BUSY
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
@@ -166,6 +166,13 @@ STRETCH_RULE_FORMS["decode-neighbour+mix"] = STRETCH_DECODE_NEIGHBOUR
 # (`stretch_draws`), not their median
 HOST_FORMS["stretch-draws"] = (*HOST_FORMS["decode-neighbour+mix"], "load_stretch_draws", "load_stretch_beside_draws")
 STRETCH_RULE_FORMS["stretch-draws"] = STRETCH_DECODE_NEIGHBOUR
+# decode-neighbour with hybrid's engine that streams priced as its load probe measured it: its
+# prefills stretched beside its own streams, not by a prefill-only engine's work; and with
+# mix-growth's further streams (the default since stop 52: see DEFAULT_HOST_FORM)
+HOST_FORMS["own-streams"] = HOST_FORMS["path-cores"]
+STRETCH_RULE_FORMS["own-streams"] = STRETCH_OWN_STREAMS
+HOST_FORMS["own-streams+mix"] = HOST_FORMS["decode-neighbour+mix"]
+STRETCH_RULE_FORMS["own-streams+mix"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
@@ -204,6 +211,7 @@ def _always(role_counts: Mapping[str, int]) -> bool:
 # (form, Measured.keys) -> the form to pass where the record lacks them, where it is not the
 # Measured's own fallback (that names the form the measurement was added on top of)
 FALLBACK_FOR = {("decode-neighbour+mix", ("step_excess_mix",)): "decode-neighbour",
+                ("own-streams+mix", ("step_excess_mix",)): "own-streams",
                 ("stretch-draws", ("step_excess_mix",)): "decode-neighbour"}
 # The records a form refuses, in the order they are checked: the first missing is named.
 MEASURED_SINCE = (
@@ -311,8 +319,20 @@ MEASURED_SINCE = (
 # figures within 20% on all 24 of those runs against 21. stretch-draws (stop 48) draws each prefill's
 # stretch among the load probes' own prompts instead of taking their median: over runs 85-88, 102
 # of 120 pooled and 396 of 480 held out against 100 and 392 (medians over five sets of seeds), a
-# tie that leaves hybrid's p99 TTFT where it was on the fresh run 88.
-DEFAULT_HOST_FORM = "decode-neighbour+mix"
+# tie that leaves hybrid's p99 TTFT where it was on the fresh run 88. own-streams+mix (stop 52) is
+# decode-neighbour+mix with one rule changed, on hybrid's engine that streams: its prefills take
+# its own load probe's stretch beside its streams (the probe's very case), not the prefill-only
+# engine's stretch while that engine computes. Set step by step beside the live engines' own
+# (`bench.steps_beside`, runs 90, 94, 95, 96), that engine's prefills beside a prefilling
+# prefill-only engine ran x1.06-1.38 of their calibrated time (median by streams), as beside it
+# idle, where the old rule gave x1.61-2.09: the simulated router priced the engine that streams slow and sent 2x live's
+# share of prompts to the prefill engine (run 96: 90-98 of 240 at 7.24-10.3 req/s, live 45-59).
+# Under the new rule the shares match (46-56), and the steps' medians come within 15% of live's.
+# Fresh, run 96: 19 of 24 pooled and 73 of 96 held out (the live rounds 71), against 17 and 67.
+# Over runs 85-95 (saved, 10 sweeps) it came to 203 of 288 pooled and 684 of 984 held out
+# against 209 and 692 (the old rule's error in the step offset others there: hybrid's mean TPOT
+# within 20% in 23 of 48 against 32, its p99 TTFT in 20 against 16). The default since stop 52.
+DEFAULT_HOST_FORM = "own-streams+mix"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -865,6 +885,14 @@ def calibration_for(live: Mapping[str, Any], label: str, cal: Mapping[str, Any] 
     return cal
 
 
+def deployment_of(live: Mapping[str, Any], label: str, path: str) -> dict[str, Any]:
+    """The deployment config `label` served in the run summarized by `live` (a round's summary):
+    as `bench.compare` recorded it (`deployments`, since stop 52), else the config file at `path`
+    as it reads now."""
+    recorded = (live.get("deployments") or {}).get(label)
+    return copy.deepcopy(recorded) if recorded is not None else yaml.safe_load(Path(path).read_text())
+
+
 def systems_of(live: Mapping[str, Any]) -> Mapping[str, str]:
     """The systems a rates summary served (label -> config; `bench.compare --systems`); summaries
     from before it recorded them served RATES_SYSTEMS."""
@@ -895,7 +923,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         system_cal = calibration_for(live, label, cal)
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
-        deployment = yaml.safe_load(Path(path).read_text())
+        deployment = deployment_of(live, label, path)
         # The router's log (bench.ttft_split) holds every rate's requests: read once per system.
         log_path = live_dir / label / "predictions.json" if live_dir else None
         log = json.loads(log_path.read_text()) if log_path is not None and log_path.is_file() else None

@@ -207,7 +207,7 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   42 and 161. The two probes traded colocated against adaptive, the same engines under two
   routers: with them colocated came out 10-19% slow on p50 TTFT (run 83) and adaptive's figures
   within 20% on 21 of 24 over runs 83-84 (24 without); without them adaptive's mean TPOT 13-15%
-  fast on run 83, hybrid's p99 TTFT 20-22% fast on run 84. The default since stop 45.
+  fast on run 83, hybrid's p99 TTFT 20-22% fast on run 84. The default in stops 45-51.
 - stretch-draws (`load_stretch_draws`, `load_stretch_beside_draws` set besides; `--host
   stretch-draws`): as decode-neighbour+mix, but each prefill step draws its stretch from the load
   probe's own prompts, one factor per probe sent beside streams (each over its deployment's
@@ -223,6 +223,19 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   runs 85-88 (medians over five sets of seeds), 102 of 120 figures within 20% pooled and 396 of
   480 held out, against decode-neighbour+mix's 100 and 392: a tie, hybrid's p99 TTFT closer by
   1-7 points at six of eight rates on runs 86-87 and not on run 88. Not the default.
+- own-streams+mix (`stretch_rule` "own-streams"; `--host own-streams+mix`, and `own-streams`
+  without mix-growth): decode-neighbour+mix, but on the host's only engine that streams (hybrid's),
+  a prefill takes the load probe's stretch for the streams on the host (`load_stretch`, measured
+  on that engine beside its own streams with the prefill-only engine idle: the probe's own case)
+  whatever the prefill-only engine does, not `load_stretch_beside` while that engine computes.
+  That engine's prefills run on a core of their own, and a neighbour in a prefill step does its
+  host work once per 100-400 ms step. Set step by step beside the live engines' own
+  (`bench.steps_beside`, runs 90 and 94-96), the engine that streams prefilled beside a
+  prefilling prefill-only engine at x1.06-1.38 of its calibrated steps (median by streams), as
+  beside it idle, where decode-neighbour gave x1.61-2.09; the simulated router then learned that
+  engine slow and sent twice live's share of prompts to the prefill engine. Fresh on run 96: 19
+  of 24 figures within 20% pooled and 73 of 96 held out, against 17 and 67 (the live rounds 71);
+  the simulated shares 42-56 of 240 against 37-59 live. The default since stop 52.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -242,7 +255,8 @@ SPIN_WINDOW_S = 1.0
 STRETCH_STREAMS = "streams"
 STRETCH_PREFILL_ONLY_BUSY = "prefill-only-busy"
 STRETCH_DECODE_NEIGHBOUR = "decode-neighbour"
-STRETCH_RULES = (STRETCH_STREAMS, STRETCH_PREFILL_ONLY_BUSY, STRETCH_DECODE_NEIGHBOUR)
+STRETCH_OWN_STREAMS = "own-streams"
+STRETCH_RULES = (STRETCH_STREAMS, STRETCH_PREFILL_ONLY_BUSY, STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS)
 
 
 @dataclass(frozen=True)
@@ -271,8 +285,10 @@ class HostSpec:
     `stretch_rule`: when a prefill step takes the load's factor (STRETCH_RULES; the simulator
     decides when): whenever requests stream on the host (STRETCH_STREAMS), as that and with
     `load_stretch_beside` on an engine that streams while a prefill-only engine computes beside
-    it (STRETCH_PREFILL_ONLY_BUSY), or only beside another engine's decode-only step or a
-    prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR). `stretch_beside_prefill`: under
+    it (STRETCH_PREFILL_ONLY_BUSY), only beside another engine's decode-only step or a
+    prefill-only engine at work (STRETCH_DECODE_NEIGHBOUR), or beside another engine's
+    decode-only step and, on the host's only engine that streams, beside its own streams
+    (STRETCH_OWN_STREAMS). `stretch_beside_prefill`: under
     STRETCH_DECODE_NEIGHBOUR, how many times its engine time a prefill takes beside another
     engine's step with a prompt's chunk in it (measured, `bench.prefill_beside`; 1: as its
     engine time). `step_excess_mix`: (streams, excess) of decode steps in closed loops of the

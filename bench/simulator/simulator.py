@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.metrics import RequestRecord
 from bench.simulator import events as ev
 from bench.simulator.engine_request import EngineRequest, Phase
-from bench.simulator.host import SPIN_WINDOW_S, STRETCH_DECODE_NEIGHBOUR, STRETCH_PREFILL_ONLY_BUSY, STRETCH_STREAMS
+from bench.simulator.host import (SPIN_WINDOW_S, STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS,
+                                  STRETCH_PREFILL_ONLY_BUSY, STRETCH_STREAMS)
 from bench.simulator.links import SharedLink, Transfer
 from bench.simulator.router import SimRouter, give_up_check_s
 from bench.simulator.specs import ClusterSpec
@@ -67,6 +68,17 @@ class WorkerStats:
     num_used_blocks_at_end: int
 
 
+class StepRecord(NamedTuple):
+    """One engine step as simulated: what it computed and when (its host's delays included), in
+    the live engines' terms (`pd_serve.engine_stats`: prefill tokens, decode requests)."""
+
+    worker_id: str
+    start_s: float
+    end_s: float
+    num_prefill_tokens: int
+    num_decode_reqs: int
+
+
 @dataclass
 class SimResult:
     """Records in workload order, plus what the engines and the router did."""
@@ -83,6 +95,7 @@ class SimResult:
     num_stalls: int = 0  # engine stalls drawn (HostSpec.stall_per_prefill_step)
     num_worker_stalls: int = 0  # stalls the router saw (schedulers/stall.py), each counted once
     num_taken_back: int = 0  # prompts taken back from a stalled prefill worker
+    steps: list[StepRecord] = field(default_factory=list)  # every engine step, when kept (`keep_steps`)
 
     @property
     def num_leaked_blocks(self) -> int:
@@ -98,7 +111,7 @@ class Simulator:
     """One run of one workload on one cluster under one policy (build a new one per run)."""
 
     def __init__(self, cluster: ClusterSpec, policy: Policy, keep_decisions: bool = False,
-                 max_events: int = DEFAULT_MAX_EVENTS, speed_by_role: bool = True) -> None:
+                 max_events: int = DEFAULT_MAX_EVENTS, speed_by_role: bool = True, keep_steps: bool = False) -> None:
         self.cluster = cluster
         cost = StepCost.of(cluster.step_model)
         self.kv = cluster.step_model.kv
@@ -115,6 +128,10 @@ class Simulator:
                                 speed_by_role)
         self.max_model_len = min(w.engine.max_model_len for w in cluster.workers)
         self.keep_decisions = keep_decisions
+        # every step, to set beside the live engines' own (`bench.steps_beside`); a step's start
+        # and what it computes are kept until it ends (a re-stretched step ends later)
+        self.steps: list[StepRecord] | None = [] if keep_steps else None
+        self._step_started: dict[str, tuple[float, int, int]] = {}
         self.max_events = max_events
         self.queue = ev.EventQueue()
         # One link per (prefill, decode) pair, or one for all; fills as pairs first transfer.
@@ -243,6 +260,8 @@ class Simulator:
             else:
                 plan.duration_s += stall_s
             worker.start(plan)
+            if self.steps is not None:
+                self._step_started[worker_id] = (now_s, sum(n for n, _ in plan.chunks), len(plan.decodes))
             self._push_step_done(worker_id, now_s + plan.duration_s)
 
     def _stall_s(self, plan: Any) -> float:
@@ -305,10 +324,11 @@ class Simulator:
         if host.stretch_rule == STRETCH_PREFILL_ONLY_BUSY:
             return host.load_factor(num_streams, beside=prefill_only or self._prefill_only_prefilling(worker_id),
                                     quantile=quantile)
-        assert host.stretch_rule == STRETCH_DECODE_NEIGHBOUR, host.stretch_rule
+        assert host.stretch_rule in (STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS), host.stretch_rule
         # what the probes measured, in the cases they measured: beside another engine's decode
-        # steps, beside another engine's prefill, and (hybrid, on the engine that streams)
-        # beside a prefill-only engine at work; nothing beside an idle engine
+        # steps, beside another engine's prefill, and on hybrid's engine that streams, beside a
+        # prefill-only engine at work (decode-neighbour) or beside its own streams (own-streams);
+        # nothing beside an idle engine
         factor = 1.0
         neighbours = [w.current for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
         if any(step.decodes and not step.chunks for step in neighbours):
@@ -316,9 +336,22 @@ class Simulator:
         if any(step.chunks for step in neighbours):
             # beside a neighbour's prefill: measured on its own (bench.prefill_beside)
             factor = max(factor, host.prefill_neighbour_factor())
-        if not prefill_only and self._prefill_only_prefilling(worker_id):
+        if prefill_only:
+            return factor
+        if host.stretch_rule == STRETCH_DECODE_NEIGHBOUR and self._prefill_only_prefilling(worker_id):
             factor = max(factor, host.load_factor(num_streams, beside=True, quantile=quantile))
+        elif host.stretch_rule == STRETCH_OWN_STREAMS and self._only_streaming_engine(worker_id):
+            # as the load probe measured it: a prompt on the engine that streams, beside its own
+            # streams, whatever a prefill-only engine does (live, runs 90 and 94-96, hybrid's engine
+            # that streams prefilled beside its prefill-only engine's prefills at x1.06-1.38 of its
+            # calibrated steps, as beside it idle; the branch above gave x1.61-2.09;
+            # `bench.steps_beside`)
+            factor = max(factor, host.load_factor(num_streams, quantile=quantile))
         return factor
+
+    def _only_streaming_engine(self, worker_id: str) -> bool:
+        """Whether every other engine of the host is prefill-only (hybrid's engine that decodes)."""
+        return all(self._is_prefill_only(wid) for wid in self.workers if wid != worker_id)
 
     def _is_prefill_only(self, worker_id: str) -> bool:
         return self.workers[worker_id].spec.role == ROLE_PREFILL
@@ -362,6 +395,9 @@ class Simulator:
     def _step_done(self, worker_id: str, now_s: float) -> set[str]:
         dirty = {worker_id}
         self._last_step_end_s[worker_id] = now_s
+        if self.steps is not None:
+            start_s, num_prefill_tokens, num_decodes = self._step_started.pop(worker_id)
+            self.steps.append(StepRecord(worker_id, start_s, now_s, num_prefill_tokens, num_decodes))
         self._stretched.pop(worker_id, None)
         for outcome, request in self.workers[worker_id].complete():
             job: Job = request.job
@@ -494,7 +530,7 @@ class Simulator:
                  for wid, w in self.workers.items()}
         return SimResult([j.record for j in jobs], end_s, stats, self.router.num_fallbacks, self.decisions,
                          self.prompt_reached_s, self.prompt_prefilled_s, self.num_stalls,
-                         self.router.num_worker_stalls, self.router.num_taken_back)
+                         self.router.num_worker_stalls, self.router.num_taken_back, self.steps or [])
 
     def _describe_workers(self) -> str:
         return "; ".join(f"{wid}: {len(w.running)} running, {len(w.waiting)} waiting, "
@@ -503,8 +539,10 @@ class Simulator:
 
 
 def simulate(workload: Workload, cluster: ClusterSpec, policy: Policy,
-             keep_decisions: bool = False, speed_by_role: bool = True) -> SimResult:
+             keep_decisions: bool = False, speed_by_role: bool = True, keep_steps: bool = False) -> SimResult:
     """Serve `workload` on `cluster`, routing every request with `policy.decide` (the real policy
     object), and return one `RequestRecord` per request. `speed_by_role`: the router's speed
-    factor per kind of engine (the live router's `scheduler.speed_by_role`)."""
-    return Simulator(cluster, policy, keep_decisions, speed_by_role=speed_by_role).run(workload)
+    factor per kind of engine (the live router's `scheduler.speed_by_role`). `keep_steps`: keep
+    every engine step in `SimResult.steps`."""
+    return Simulator(cluster, policy, keep_decisions, speed_by_role=speed_by_role,
+                     keep_steps=keep_steps).run(workload)

@@ -176,6 +176,21 @@ def test_systems_chosen_by_name_or_as_label_and_config(monkeypatch, tmp_path):
             parse_systems(bad)
 
 
+def test_a_replay_takes_the_deployment_the_run_recorded_over_the_config_file_of_today(monkeypatch, model_dir, cal):
+    from pd_serve.config import load_config
+    monkeypatch.chdir(ROOT)
+    served = load_config("configs/hybrid.yaml").model_dump(mode="json")
+    served["scheduler"]["speed_by_role"] = not served["scheduler"]["speed_by_role"]  # since changed
+    today = yaml.safe_load((ROOT / "configs/hybrid.yaml").read_text())
+    assert sf.deployment_of({"deployments": {"hybrid adaptive": served}}, "hybrid adaptive",
+                            "configs/hybrid.yaml") == served
+    assert sf.deployment_of({"deployments": {}}, "hybrid adaptive", "configs/hybrid.yaml") == today
+    assert sf.deployment_of({}, "hybrid adaptive", "configs/hybrid.yaml") == today  # before stop 52
+    # what was recorded is a whole config the simulator reads, the changed default with it
+    config = sf.sim_config_for("hybrid adaptive", served, cal, model_dir)
+    assert config.policies["hybrid adaptive"].speed_by_role == served["scheduler"]["speed_by_role"]
+
+
 def test_live_run_shape_reads_requests_and_output_length():
     assert sf.live_run_shape({"num_requests": 60, "throughput_rps": 0.5, "output_tokens_per_s": 16.0}) == (60, 32)
     assert sf.live_run_shape({"num_requests": 5, "throughput_rps": None}) == (5, DEFAULT_OUTPUT_TOKENS)
@@ -303,8 +318,9 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     # on runs 37-47), a prefill stretched only beside another engine's decode steps or a
     # prefill-only engine's work, or beside another engine's prefill by the stretch measured
     # there (prefill-neighbour), with one decode engine its further streams by the loops of the
-    # mix, and the colocated path as measured beside streams. Unasked, decode-neighbour+mix:
-    # the same without the stretch beside another engine's prefill and the path beside streams.
+    # mix, and the colocated path as measured beside streams. Unasked, own-streams+mix: the same
+    # without the stretch beside another engine's prefill and the path beside streams, and with
+    # hybrid's engine that streams stretched beside its own streams (the own-streams rule).
     # A record from before its points, or the stretches, were measured is refused rather than
     # simulated without them.
     batched = {**batched, "host": {**batched["host"], "stretch_beside_prefill": 1.2,
@@ -318,7 +334,7 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
                                                       stretch_beside_prefill=1.2,
                                                       path_beside_streams=((0, 0.01), (2, 0.02)))
     assert build_cluster(sf.sim_config_for("colocated", load("colocated.yaml"), pathed, model_dir),
-                         "colocated").host == replace(path_cores, stretch_rule="decode-neighbour")
+                         "colocated").host == replace(path_cores, stretch_rule="own-streams")
     with pytest.raises(ValueError, match="request path's colocated_s"):
         sf.sim_config_for("colocated", load("colocated.yaml"), batched, model_dir)  # no path measured
     assert host_of("load-beside", pathed).path_cores == 0.0  # the other forms leave it out
@@ -341,14 +357,14 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     assert beside.decode_beside_prefill == ((1, 0.004), (2, 0.005))
     batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
     assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
-    # unasked, the default form (decode-neighbour+mix): load-beside with the path's cores, here
-    # over the disaggregated path (no engine serves both phases, so the host's bursts all went
+    # unasked, the default form (own-streams+mix): load-beside with the path's cores, here over
+    # the disaggregated path (no engine serves both phases, so the host's bursts all went
     # disaggregated), and the one decode engine's growth in loops of the mix
     record = {**cal, "host": {**host, "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]},
               "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
     assert build_cluster(sf.sim_config_for("disaggregated", load("disaggregated.yaml"), record, model_dir),
                          "disaggregated").host == replace(beside, path_cores=0.01 / 0.025,
-                                                      stretch_rule="decode-neighbour",
+                                                      stretch_rule="own-streams",
                                                       step_excess_mix=((1, 0.002), (4, 0.005)))
     older = {k: v for k, v in host.items() if k != "decode_beside_prefill"}
     with pytest.raises(ValueError, match="--host load-batch"):
@@ -512,7 +528,8 @@ def test_the_stretch_draws_form_is_decode_neighbour_with_mix_drawing_among_the_l
     # each probe's TTFT beside streams over its own probe's median alone, sorted
     assert drawn.load_stretch_draws == pytest.approx((1.2, 1.4, 1.6))
     assert drawn.load_stretch_beside_draws == pytest.approx((1.5, 2.5))
-    assert drawn == replace(host_of(), load_stretch_draws=drawn.load_stretch_draws,
+    assert drawn == replace(host_of(host_form="decode-neighbour+mix"),
+                            load_stretch_draws=drawn.load_stretch_draws,
                             load_stretch_beside_draws=drawn.load_stretch_beside_draws, draw_seed=5)
     # the hardware measurements' draws, pooled over alike deployments, before the record's own probes
     pooled = {**record, "host": {**host, "load_stretch_draws": [1.05, 1.9]}}
