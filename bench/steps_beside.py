@@ -168,6 +168,16 @@ def summary_rows(live: Mapping[Any, list[float]], sim: Mapping[Any, list[float]]
     return rows
 
 
+def spread(rows: Sequence[Mapping[str, Any]], side: str, min_steps: int = 100) -> float | None:
+    """How far a step's time scatters: the median over the groups with `min_steps` or more on both
+    sides of each group's p90 over its p50, on `side` ("live" or "sim"). The simulator's steps
+    vary only with what they compute and what runs beside them; a live step also with the host,
+    and a queue near capacity grows with that scatter."""
+    ratios = [r[side]["p90"] / r[side]["p50"] for r in rows
+              if min(r["live"]["steps"], r["sim"]["steps"]) >= min_steps and r[side]["p50"]]
+    return statistics.median(ratios) if ratios else None
+
+
 def steps_table(rows: Sequence[Mapping[str, Any]]) -> str:
     def x(v: float | None) -> str:
         return "-" if v is None else f"x{v:.2f}"
@@ -253,9 +263,13 @@ def main(argv: list[str] | None = None) -> int:
     total = {side: sum(len(v) for v in groups.values()) for side, groups in (("live", live), ("sim", sim))}
     print(f"\n{total['live']:,} live steps, {total['sim']:,} simulated; groups under {MIN_STEPS} steps on both "
           f"sides left out; geometric mean of every step live x{_gmean(live):.2f}, sim x{_gmean(sim):.2f}")
+    live_spread, sim_spread = spread(rows, "live"), spread(rows, "sim")
+    if live_spread is not None and sim_spread is not None:
+        print(f"a step's scatter, p90 over p50 (median over the groups of 100 steps or more on both sides): "
+              f"live {live_spread:.2f}, sim {sim_spread:.2f}")
     if args.out is not None:
         write_json(args.out, {"live": str(args.live), "system": args.system, "host_form": args.host,
-                              "rows": rows})
+                              "rows": rows, "spread": {"live": live_spread, "sim": sim_spread}})
         print(f"wrote {args.out}")
     return 0
 

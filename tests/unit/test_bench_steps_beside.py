@@ -6,7 +6,7 @@ import pytest
 from bench.simulator import simulate
 from bench.simulator.host import HostSpec
 from bench.simulator.simulator import StepRecord
-from bench.steps_beside import (GAP_S, decode_bucket, live_step_records, neighbour_state, step_ratios,
+from bench.steps_beside import (GAP_S, decode_bucket, live_step_records, neighbour_state, spread, step_ratios,
                                 summary_rows, timed)
 from bench.workloads import RequestSpec, Workload
 from schedulers.policies import LengthThresholdPolicy
@@ -64,6 +64,17 @@ def test_summary_rows_leave_out_small_groups_and_keep_one_sided_ones():
     assert rows[0]["live"] == {"steps": 10, "p50": 1.0, "p90": 3.0}
     assert rows[0]["sim"]["steps"] == 4 and rows[0]["sim"]["p50"] == 2.0
     assert summary_rows({}, {key: [1.0] * 10}, min_steps=10)[0]["live"] == {"steps": 0, "p50": None, "p90": None}
+
+
+def test_the_scatter_is_the_median_p90_over_p50_of_the_groups_large_on_both_sides():
+    def row(live_steps, live, sim_steps, sim):
+        return {"live": {"steps": live_steps, "p50": live[0], "p90": live[1]},
+                "sim": {"steps": sim_steps, "p50": sim[0], "p90": sim[1]}}
+    rows = [row(100, (1.0, 2.0), 100, (1.0, 1.2)), row(300, (2.0, 3.0), 150, (2.0, 2.8)),
+            row(100, (1.0, 1.6), 100, (1.0, 1.3)), row(500, (1.0, 9.0), 99, (1.0, 9.0))]  # the last too small
+    assert spread(rows, "live") == pytest.approx(1.6)
+    assert spread(rows, "sim") == pytest.approx(1.3)
+    assert spread(rows[3:], "live") is None
 
 
 def test_live_steps_inside_a_window_as_records():
