@@ -105,11 +105,13 @@ def find_stalls(steps: Iterable[Mapping[str, Any]], model: StepTimeModel, window
 # ---- where the steps come from -------------------------------------------------------------------
 
 def saved_steps(system_dir: Path) -> list[dict[str, Any]] | None:
-    """A deployment's saved engine steps (`bench.compare`), each with its `worker`; None if unsaved."""
+    """A deployment's saved engine steps (`bench.compare`), each with its `worker` and that
+    worker's `role`; None if unsaved."""
     path = system_dir / STEPS_FILE
     if not path.is_file():
         return None
-    return [{**s, "worker": wid} for wid, w in json.loads(path.read_text()).items() for s in w["steps"]]
+    return [{**s, "worker": wid, "role": w.get("role")} for wid, w in json.loads(path.read_text()).items()
+            for s in w["steps"]]
 
 
 # vllm/v1/metrics/loggers.py `_log_iteration_details`, as Ray prefixes an actor's line

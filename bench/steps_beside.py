@@ -21,7 +21,7 @@ loop's work between two steps is the host's share the simulator folds into its s
 
 Found with it (stop 52, runs 90 and 94-96): hybrid's engine that streams prefilled beside its
 prefill-only engine's prefills at x1.06-1.38 of its calibrated steps (median by streams), as
-beside that engine idle, where the host form then the default (decode-neighbour+mix) gave
+beside that engine idle, where the host form that was then the default (decode-neighbour+mix) gave
 x1.61-2.09: it priced such a prefill as one on the prefill-only engine beside streams. The
 simulated router, learning that engine slow, sent twice live's share of prompts to the prefill
 engine. Under own-streams+mix, the default since, the medians of run 96's 20 groups of 100 steps
@@ -95,8 +95,7 @@ def neighbour_state(step: Timed, others: Sequence[Sequence[Timed]]) -> str:
     steps, ordered by start."""
     prefill_s = decode_s = 0.0
     for steps in others:
-        starts = [s.start_s for s in steps]
-        i = max(0, bisect.bisect_left(starts, step.start_s) - 1)
+        i = max(0, bisect.bisect_left(steps, step.start_s, key=lambda s: s.start_s) - 1)
         for other in steps[i:]:
             if other.start_s >= step.end_s:
                 break
@@ -213,7 +212,7 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
         saved = saved_steps(system_dir)
         if saved is None:
             raise FileNotFoundError(f"{system_dir} holds no engine steps (a sweep saved before 2026-12-06?)")
-        roles = {wid: w["role"] for wid, w in json.loads((system_dir / "engine_steps.json").read_text()).items()}
+        roles = {s["worker"]: s["role"] for s in saved}
         cal = calibration_for(summary, label, None)
         model = step_model_from_calibration(cal)
         config = sim_config_for(label, deployment_of(summary, label, systems[label]), cal, _default_model_dir(),

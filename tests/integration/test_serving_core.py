@@ -459,6 +459,7 @@ def test_a_paired_run_serves_the_same_workload_on_both_routes_by_turns(hybrid, t
     start, end = run_window(colocated)
     inside = [s for s in steps if start <= s["t"] <= end]
     assert {s["worker"] for s in inside} == {"both-0"}
+    assert {(s["worker"], s["role"]) for s in steps} <= {(wid, info.role) for wid, info in hybrid.infos.items()}
     assert 0 < sum(s["num_prefill_tokens"] for s in inside) <= sum(r.input_tokens for r in colocated)
     assert all(s["elapsed_s"] > 0 for s in inside)
 
