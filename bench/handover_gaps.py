@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 
 from bench.host_load import split_window
 from bench.metrics import RequestRecord
@@ -105,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.pooled_measurements import DEFAULT_STRETCH, hardware_measurements_for
     from bench.rate_rounds import round_summaries
     from bench.router_log import disaggregated_parts
-    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir,
+    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, deployment_of,
                                     live_run_shape, sim_config_for, simulate_system, step_model_from_calibration,
                                     systems_of)
 
@@ -137,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     parts = disaggregated_parts(json.loads(log_path.read_text()))
-    deployment = yaml.safe_load(Path(systems[args.system]).read_text())
+    deployment = deployment_of(summaries[args.round], args.system, systems[args.system])
     model = _default_model_dir()
     for rate in summaries[args.round]["rates"]:
         records = live_records(round_dir, args.system, rate)

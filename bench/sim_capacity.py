@@ -20,29 +20,29 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 
 from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
 from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
 from bench.rate_rounds import round_summaries
-from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for, simulate_system,
-                                step_model_from_calibration, systems_of)
+from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, deployment_of, sim_config_for,
+                                simulate_system, step_model_from_calibration, systems_of)
 from pd_serve.report import format_table
 
 FORMS = ("hardware", "own")
 
 
-def round_measurements(live_path: Path, live: Mapping[str, Any], measurements: str,
+def round_measurements(summaries: Sequence[Mapping[str, Any]], systems: Mapping[str, str], measurements: str,
                        stretch: str = DEFAULT_STRETCH) -> list[dict[str, Any]]:
-    """Per round (one for a single sweep), label -> the record the simulator uses."""
-    measured = [s.get("measured") or {} for s in round_summaries(live_path, live)]
+    """Per round (`bench.rate_rounds.round_summaries`: one for a single sweep), label -> the
+    record the simulator uses; `systems`: the sweep's (`bench.sim_fidelity.systems_of`)."""
+    measured = [s.get("measured") or {} for s in summaries]
     if not any(measured):
-        raise ValueError(f"{live_path}: the sweep recorded no measurements of its deployments")
+        raise ValueError("the sweep recorded no measurements of its deployments")
     if measurements == "own":
         return measured
     if measurements == "hardware":
-        return hardware_measurements_for(measured, systems_of(live), stretch)
+        return hardware_measurements_for(measured, systems, stretch)
     raise ValueError(f"measurements must be one of {FORMS}, got {measurements!r}")
 
 
@@ -69,14 +69,18 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
     # The live loop's length (32 requests before run 61, 128 since), where the sweep measured one.
     num_requests = (live.get("capacity") or {}).get("num_requests")
     rows = []
-    per_round = round_measurements(live_path, live, measurements, stretch)
+    summaries = round_summaries(live_path, live)
+    try:
+        per_round = round_measurements(summaries, systems_of(live), measurements, stretch)
+    except ValueError as error:
+        raise ValueError(f"{live_path}: {error}") from None
     if measurements == "hardware":  # one pool for every round
         per_round = per_round[:1]
     for k, records in enumerate(per_round):
         for label, path in systems_of(live).items():
             if label not in records:
                 continue
-            deployment = yaml.safe_load(Path(path).read_text())
+            deployment = deployment_of(summaries[k], label, path)  # the first round's for the pool
             caps = [simulated_capacity(label, deployment, records[label], model, output_tokens, num_requests, s,
                                        host_form) for s in range(seeds)]
             spread = "" if seeds == 1 else f"{min(caps):.2f}-{max(caps):.2f} (median {statistics.median(caps):.2f})"

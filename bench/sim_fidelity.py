@@ -325,8 +325,8 @@ MEASURED_SINCE = (
 # engine's stretch while that engine computes. Set step by step beside the live engines' own
 # (`bench.steps_beside`, runs 90, 94, 95, 96), that engine's prefills beside a prefilling
 # prefill-only engine ran x1.06-1.38 of their calibrated time (median by streams), as beside it
-# idle, where the old rule gave x1.61-2.09: the simulated router priced the engine that streams slow and sent 2x live's
-# share of prompts to the prefill engine (run 96: 90-98 of 240 at 7.24-10.3 req/s, live 45-59).
+# idle, where the old rule gave x1.61-2.09: the simulated router priced the engine that streams
+# slow and sent 2x live's share of prompts to the prefill engine (run 96: 90-98 of 240 at 7.24-10.3 req/s, live 45-59).
 # Under the new rule the shares match (46-56), and the steps' medians come within 15% of live's.
 # Fresh, run 96: 19 of 24 pooled and 73 of 96 held out (the live rounds 71), against 17 and 67.
 # Over runs 85-95 (saved, 10 sweeps) it came to 203 of 288 pooled and 684 of 984 held out
@@ -1166,7 +1166,10 @@ def main(argv: list[str] | None = None) -> int:
                          "(prefill-neighbour); as prefill-neighbour with a single decode "
                          "engine's further streams priced by the growth bench.decode_growth measured in "
                          "loops of the workload's mix (mix-growth); as mix-growth without prefill-neighbour's "
-                         "stretch, on decode-neighbour (decode-neighbour+mix, the default); as mix-growth with the "
+                         "stretch, on decode-neighbour (decode-neighbour+mix); as decode-neighbour+mix with hybrid's "
+                         "engine that streams stretched beside its own streams, not by its prefill-only "
+                         "engine's work (own-streams+mix, the default; own-streams without the mix); as "
+                         "mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
                          "streams (path-beside); as path-beside with a prefill's stretch scaled by "
                          "its prompt's length as bench.length_stretch measured (length); as length with every "

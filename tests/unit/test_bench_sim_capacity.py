@@ -52,7 +52,7 @@ def test_a_rounds_sweep_reads_each_rounds_measurements(tmp_path, cal):  # noqa: 
     (tmp_path / "summary.json").write_text(json.dumps(top))
     assert [s["measured"]["colocated"] for s in round_summaries(tmp_path / "summary.json", top)] == [
         json.loads(json.dumps(scaled_calibration(cal, f))) for f in (1.0, 2.0)]
-    own = round_measurements(tmp_path / "summary.json", top, "own")
+    own = round_measurements(round_summaries(tmp_path / "summary.json", top), top["systems"], "own")
     assert own[1]["colocated"]["overhead_s"] == pytest.approx(2 * own[0]["colocated"]["overhead_s"])
     # a single sweep is its own one round
     assert round_summaries(tmp_path / "round_0" / "summary.json", {"rates": [1.0]}) == [{"rates": [1.0]}]
@@ -65,7 +65,7 @@ def test_a_record_without_what_the_host_form_needs_is_refused(tmp_path, capsys, 
     write_summary(path, {"colocated": {**cal, "host": host,
                                        "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}})
     # prefill-neighbour needs the probe of a prefill beside another engine's prefills; the
-    # default form (decode-neighbour+mix) does not, nor, on colocated, the mix's loops
+    # default form (own-streams+mix) does not, nor, on colocated, the mix's loops
     assert main(["--live", str(path), "--host", "prefill-neighbour"]) == 2
     assert "--host decode-neighbour" in capsys.readouterr().err
     assert main(["--live", str(path)]) == 0
