@@ -32,8 +32,9 @@ while its both-engine, which gives most of the observations, ran 0.91-1.06x. A f
 from all prefills priced the prefill engine's queue as the both-engine's. (Live on this CPU host,
 runs 94-95, by role and one factor served alike: 3,855 against 3,837 requests within SLO over 24
 rounds; by role won 22 rounds of 24 against colocated, one factor 20.) By role, not by worker:
-engines of one role on one host run alike, and an offset per worker chased noise (simulated at GPU scale, the adaptive policy on two alike engines met its SLOs
-0.3-1.8 points less often with one; by role, as often as with none). The offsets are fitted by
+engines of one role on one host run alike, and an offset per worker chased noise (simulated at
+GPU scale, the adaptive policy on two alike engines met its SLOs 0.3-1.8 points less often with
+one; by role, as often as with none). The offsets are fitted by
 backfitting with the same forgetting: r_k is the forgotten mean of role k's residuals off the
 line, shrunk toward 0 by `role_prior` observations (so a role seen a few times borrows the host's
 factor), and the line is fitted to each observation less its role's offset. An engine's factor
