@@ -122,7 +122,9 @@ _LOG_LINE = re.compile(r"pid=(\d+)\) INFO (\d\d-\d\d \d\d:\d\d:\d\d) .*?Iteratio
 
 def logged_steps(log_dir: Path, year: int) -> list[dict[str, Any]]:
     """Every engine step in a Ray session's logs (`*.out`, `*.err`), the worker named by its pid.
-    The lines carry no year and whole seconds only, in UTC as this host logs them."""
+    The lines carry no year and whole seconds only, in the local time of the host that wrote them
+    (Python's logging formats `time.localtime`): read here in this machine's, which is that host's
+    when the logs are read where the sweep ran (set TZ to that host's zone otherwise)."""
     steps = []
     for path in sorted(log_dir.glob("*.out")) + sorted(log_dir.glob("*.err")):
         with path.open(errors="replace") as f:
@@ -131,7 +133,7 @@ def logged_steps(log_dir: Path, year: int) -> list[dict[str, Any]]:
                     continue
                 t = datetime.datetime.strptime(f"{year}-{m.group(2)}", "%Y-%m-%d %H:%M:%S")
                 steps.append({"worker": f"pid {m.group(1)}",
-                              "t": t.replace(tzinfo=datetime.timezone.utc).timestamp() + 0.5,
+                              "t": t.timestamp() + 0.5,  # a naive time is local: the host's
                               "num_prefill_tokens": int(m.group(4)), "num_decode_reqs": int(m.group(5)),
                               "elapsed_s": float(m.group(6)) / 1e3})
     return steps
@@ -163,7 +165,7 @@ def sweep_stalls(live_path: Path, ray_logs: Sequence[Path] = (), ratio: float = 
                         raise FileNotFoundError(f"{round_dir / label / STEPS_FILE} is missing (a sweep saved "
                                                 f"before 2026-12-06?): give the Ray session's logs, --ray-logs")
                     if logged is None:
-                        year = datetime.datetime.fromtimestamp(run_window(records)[0], datetime.timezone.utc).year
+                        year = datetime.datetime.fromtimestamp(run_window(records)[0]).year  # local, as logged
                         logged = [s for d in ray_logs for s in logged_steps(d, year)]
                     steps = logged
                 run = find_stalls(steps, model, run_window(records), decode_context(records), ratio, min_excess_s)

@@ -153,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     init_ray()
     with HostSpeedProbe(out / HOST_SPEED_FILE), deploy(cfg) as dep:
         print(f"{cfg.get('name')}: ready in {dep.start_s:.0f}s", file=sys.stderr, flush=True)
-        origin: dict[str, Any] = {}
+        # the configuration as it ran, every default filled in: bench.paired_sim replays this, not
+        # the config file as it reads later (as bench.compare records `deployments`)
+        origin: dict[str, Any] = {"deployment": dep.config.model_dump(mode="json")}
         if not args.no_measure:
             origin["measured"] = measured_now(dep)  # what bench.paired_sim replays the pairs with
         if fixed is None:

@@ -127,6 +127,13 @@ def rows_markdown(rows: list[dict[str, Any]], num_requests: int) -> str:
     return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in body])
 
 
+def deployment_of(live: Mapping[str, Any]) -> dict[str, Any]:
+    """The deployment the pairs ran on: as `bench.paired` recorded it (since stop 53), else its
+    config file as it reads now."""
+    recorded = live.get("deployment")
+    return copy.deepcopy(recorded) if recorded is not None else load_yaml(live["config"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paired_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--live", required=True, help="a bench.paired summary.json")
@@ -146,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{live_path} is not a bench.paired summary")
     try:
         slowdowns = None if args.speed == "none" else pair_slowdowns(live, live_path.parent, args.measurements)
-        rows = simulated_rows(live, load_yaml(live["config"]), _default_model_dir(), args.host, args.measurements,
+        rows = simulated_rows(live, deployment_of(live), _default_model_dir(), args.host, args.measurements,
                               slowdowns)
     except ValueError as err:
         ap.error(str(err))

@@ -69,15 +69,26 @@ LOG_LINES = """\
 """
 
 
-def test_the_engines_log_lines_give_the_same_steps(tmp_path):
+def test_the_engines_log_lines_give_the_same_steps(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")  # the lines are in the logging host's local time: here, UTC
+    time.tzset()
     (tmp_path / "worker-1.err").write_text(LOG_LINES)
     (tmp_path / "ignored.log").write_text(LOG_LINES)
     steps = es.logged_steps(tmp_path, 2026)
     assert [(s["num_prefill_tokens"], s["num_decode_reqs"], s["elapsed_s"]) for s in steps] == [
         (4096, 0, pytest.approx(0.8678)), (0, 3, pytest.approx(0.00908))]  # the dummy step and other lines left out
     assert {s["worker"] for s in steps} == {"pid 25742"}
-    # Whole seconds in UTC, the middle of the second taken.
+    # Whole seconds in local time, the middle of the second taken.
     assert steps[0]["t"] == pytest.approx(1796534596.5)
+    monkeypatch.setenv("TZ", "KST-9")  # POSIX: a host logging at UTC+9: the same line is nine hours earlier
+    time.tzset()
+    try:
+        assert es.logged_steps(tmp_path, 2026)[0]["t"] == pytest.approx(1796534596.5 - 9 * 3600)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def write_sweep(root: Path, cal: dict, steps: list[dict] | None) -> Path:

@@ -11,6 +11,9 @@ import pytest
 import bench.host_load as host_load
 from bench.host_load import (BackgroundStreams, beside_excess, measure_load_stretch, non_decreasing, path_points,
                              split_gaps, split_window, stretch_points)
+from pd_serve.request import GenerateResult
+
+from .results import generate_result
 
 
 def test_the_stretch_is_each_counts_median_over_the_median_alone():
@@ -59,9 +62,7 @@ class FakeDeployment:
             for _ in range(n):
                 time.sleep(0.01 * (1 + 0.25 * others))
                 yield {"type": "token", "token_ids": [1]}
-            yield {"type": "result", "result": SimpleNamespace(
-                route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
-                prefill_worker=None, decode_worker="both-0", token_ids=[1] * n, request_id="r", fallback=None)}
+            yield {"type": "result", "result": generate_result(route=route, token_ids=[1] * n)}
         finally:
             with self.lock:
                 self.open -= 1
@@ -156,20 +157,14 @@ class PrefillingFake(FakeDeployment):
         for _ in range(min(max_tokens, 20)):
             time.sleep(self.STEP_S + self.slower_s())
             yield {"type": "token", "token_ids": [1]}
-        yield {"type": "result", "result": self.result(route, min(max_tokens, 20))}
+        yield {"type": "result", "result": generate_result(route=route, token_ids=[1] * min(max_tokens, 20))}
 
     def slower_s(self) -> float:
         return self.SLOWER_S if self.prefilling else 0.0
 
-    def after_prefill(self, route: str) -> SimpleNamespace:
+    def after_prefill(self, route: str) -> GenerateResult:
         """The probe's result, made once its prefill is done, before its token comes."""
-        return self.result(route, 1)
-
-    @staticmethod
-    def result(route: str, n: int) -> SimpleNamespace:
-        return SimpleNamespace(route=route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
-                               prefill_worker=None, decode_worker="both-0", token_ids=[1] * n,
-                               request_id="r", fallback=None)
+        return generate_result(route=route)
 
 
 def test_the_probe_measures_what_a_decode_step_loses_beside_its_prefill(monkeypatch):
@@ -211,7 +206,7 @@ class HandingOverFake(PrefillingFake):
     def slower_s(self) -> float:
         return super().slower_s() + (self.HANDOVER_SLOWER_S if self.handing_over else 0.0)
 
-    def after_prefill(self, route: str) -> SimpleNamespace:
+    def after_prefill(self, route: str) -> GenerateResult:
         with self.lock:
             self.handing_over += 1
         try:
@@ -220,7 +215,7 @@ class HandingOverFake(PrefillingFake):
             with self.lock:
                 self.handing_over -= 1
         self.served.append(f"probe-{len(self.served)}")
-        return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
+        return generate_result(route=route, request_id=self.served[-1])
 
     def router_log(self):
         return [{"request_id": rid, "route": "disaggregated",
@@ -278,10 +273,10 @@ class PathFake(PrefillingFake):
             return
         yield from super().stream(prompt_token_ids, max_tokens, ignore_eos, route)
 
-    def after_prefill(self, route: str) -> SimpleNamespace:
+    def after_prefill(self, route: str) -> GenerateResult:
         time.sleep(self.PATH_S * self.streaming)
         self.served.append(f"probe-{len(self.served)}")
-        return SimpleNamespace(**{**vars(self.result(route, 1)), "request_id": self.served[-1]})
+        return generate_result(route=route, request_id=self.served[-1])
 
     def router_log(self):
         return [{"request_id": rid, "route": "colocated", "engine_s": {"decode": self.PREFILL_S},

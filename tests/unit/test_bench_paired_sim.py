@@ -97,3 +97,10 @@ def test_scaling_by_the_probe_needs_the_probe_and_the_measurement_window(cal, mo
     (tmp_path / "host_speed.jsonl").write_text(json.dumps({"t": 1, "py_ms": 1.0, "mm_ms": 1.0}))
     with pytest.raises(ValueError, match="too few samples"):
         ps.pair_slowdowns(live, tmp_path)
+
+
+def test_the_replay_takes_the_deployment_the_pairs_recorded_else_the_config_file():
+    recorded = {"name": "as-it-ran", "workers": {"both": 2}}
+    assert ps.deployment_of({"config": "configs/colocated.yaml", "deployment": recorded}) == recorded
+    # without it, the config file as it reads now
+    assert ps.deployment_of({"config": "configs/colocated.yaml"})["name"] == "pd-serve-colocated"

@@ -13,6 +13,8 @@ import bench.prefill_beside as prefill_beside
 from bench.prefill_beside import ProbeRoutes, measure_prefill_beside, probe_routes, shared_engine, stretch_factor
 from schedulers.candidates import prefill_engines
 
+from .results import generate_result
+
 PART_S = 0.03  # the fake's prefill alone
 SLOWER = 1.5  # and beside the other engine's
 
@@ -46,9 +48,8 @@ class FakeDeployment:
             time.sleep(part)
             self.log.append({"request_id": rid, "route": route, "engine_s": {"decode": part}, "engines_s": part})
             yield {"type": "token", "token_ids": [1]}
-            yield {"type": "result", "result": SimpleNamespace(
-                route=self.served_route or route, kv_transfer_bytes=0, kv_transfer_s=None, predicted_ttft_s=None,
-                prefill_worker=None, decode_worker=engine, token_ids=[1], request_id=rid,
+            yield {"type": "result", "result": generate_result(
+                route=self.served_route or route, decode_worker=engine, request_id=rid,
                 fallback="prefilled locally" if self.served_route else None)}
         finally:
             with self.lock:

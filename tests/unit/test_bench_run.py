@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 from bench.run import prompt_for, run_workload
 from bench.workloads import RequestSpec, Workload, fixed
+
+from .results import generate_result
 
 
 def _fake_stream(**kw):
@@ -16,7 +17,7 @@ def _fake_stream(**kw):
         yield {"type": "token", "token_ids": [i % 7], "t": time.time()}
     if len(kw["prompt_token_ids"]) == 13:
         raise RuntimeError("worker down")
-    yield {"type": "result", "result": SimpleNamespace(
+    yield {"type": "result", "result": generate_result(
         route="disaggregated", kv_transfer_bytes=4096, kv_transfer_s=0.001, predicted_ttft_s=0.01,
         prefill_worker="p", decode_worker="d", token_ids=list(range(n)),
         request_id=f"served-{kw['prompt_token_ids'][0]}",
