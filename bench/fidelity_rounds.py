@@ -53,7 +53,8 @@ from bench.pooled_measurements import DEFAULT_STRETCH, MEASUREMENTS, hardware_me
 from bench.rate_rounds import round_summaries
 from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
 from bench.host_speed import read_samples
-from bench.sim_fidelity import METRICS, TOLERANCE, compare_summaries, run_fidelity
+from bench.sim_fidelity import METRICS, SCATTER_FORMS, TOLERANCE, compare_summaries, run_fidelity
+from bench.step_scatter import sweep_scatter
 from pd_serve.report import format_table
 
 Key = tuple[str, float]  # (system label, rate)
@@ -110,6 +111,9 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         per_round = [pooled_measurements(measured)] * len(measured)
     elif measurements == "hardware":
         per_round = hardware_measurements_for(measured, systems, stretch)
+    scatter_by_round: list[dict[str, Any]] | None = None
+    if host_form in SCATTER_FORMS:  # the probe steps' scatter, pooled as the rest is
+        scatter_by_round = sweep_scatter(rounds_path, top["round_dirs"], measured, systems, measurements)
     slowdowns_by_round: list[dict[Key, float]] | None = None
     if speed != "none":
         slowdowns_by_round = round_slowdowns(rounds_path, top, summaries, systems, measurements, speed)
@@ -126,7 +130,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
                                      progress=progress, host_form=host_form, sim_records=sim,
                                      speed=None if slowdowns_by_round is None else slowdowns_by_round[k],
-                                     draw_seed=k, stalls=stall_events))
+                                     draw_seed=k, stalls=stall_events,
+                                     scatter=None if scatter_by_round is None else scatter_by_round[k]))
         sim_runs.append(sim)
         live_runs.append({key: live_records(round_dir, *key) for key in sim})
     keys = [key for key in sim_runs[0] if all(key in run for run in sim_runs)]

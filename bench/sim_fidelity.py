@@ -12,26 +12,21 @@
    (`bench.host_cpu`: how much longer the engines' decode steps ran than calibrated, in short
    bursts, with a lone stream on the whole deployment and with one and two streams per engine;
    `bench.host_load`: how many times longer a prefill's TTFT is beside 1, 2 and 4 streams per
-   engine). With `--host load-batch` a decode step no other engine computes beside takes
-   the lone stream's excess and the others the one-stream excess per engine, the streams it
-   carries beyond the first add what the bursts' excess grew by from one stream to that many
-   (measured at 1, 2, 4 and 8 streams per engine), and every prefill step and the request path
-   take the load factor for the requests streaming at the time; `--host load-beside` (the
-   default) adds to a
-   decode step that runs while a prefill-only engine prefills what `bench.host_load`'s probe saw
-   the streams' token gaps grow by inside its prefill; `--host load-path` takes the
-   path's CPU per streamed token for each further stream instead, `--host load` the bursts'
-   two-stream excess; `--host
-   neighbour-steps` is load without the load factor; `--host steps` takes the per-engine
-   excess for every step; `--host cpu` the path's CPU per streamed token, over the free cores;
-   `--host neighbour` prices a step that starts beside a computing engine by the router's own
+   engine). `--host` picks the host model's form (`bench.simulator.host` lists them all, with
+   what each was chosen on; DEFAULT_HOST_FORM names the default): e.g. `--host load-batch` gives
+   a decode step no other engine computes beside the lone stream's excess and the others the
+   one-stream excess per engine, the streams it carries beyond the first what the bursts' excess
+   grew by from one stream to that many, and every prefill step and the request path the load
+   factor for the requests streaming at the time; `--host steps` takes the per-engine excess for
+   every step; `--host cpu` the path's CPU per streamed token, over the free cores; `--host
+   neighbour` prices a step that starts beside a computing engine by the router's own
    calibration, which probed all engines at once, and `--host neighbour+cpu` adds the path's
    CPU to it; `--host none` leaves the host out). For a summary without
    them: `--calibration`, or, without it, one deployment of configs/hybrid.yaml with calibration
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
-3. Mirrors each live system (configs/colocated.yaml, disaggregated.yaml, adaptive.yaml,
-   hybrid.yaml, as bench.compare runs them) as a simulation config: the same roles and counts,
+3. Mirrors each live system (the deployment config `bench.compare` recorded as it ran, else
+   its config file, e.g. configs/colocated.yaml or hybrid.yaml) as a simulation config: the same roles and counts,
    engine settings, KV pool (the CPU engine's `kv_cache_gib`), policy and SLOs, with the
    calibrated step times instead of the roofline, the start-up link model and the request path.
 4. Serves the live runs' workloads (bucket_mix, seed 7, the same rates, request count and output
@@ -95,6 +90,7 @@ from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, 
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
+from bench.step_scatter import deployment_groups, host_scatter, scatter_by_kind
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
 from bench.workloads import Workload
@@ -173,7 +169,12 @@ HOST_FORMS["own-streams"] = HOST_FORMS["path-cores"]
 STRETCH_RULE_FORMS["own-streams"] = STRETCH_OWN_STREAMS
 HOST_FORMS["own-streams+mix"] = HOST_FORMS["decode-neighbour+mix"]
 STRETCH_RULE_FORMS["own-streams+mix"] = STRETCH_OWN_STREAMS
+# own-streams+mix with each step's time drawn around its modelled time by the probe steps' own
+# scatter before the run (bench.step_scatter)
+HOST_FORMS["step-scatter"] = HOST_FORMS["own-streams+mix"]
+STRETCH_RULE_FORMS["step-scatter"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
+SCATTER_FORMS = ("step-scatter",)
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
@@ -601,11 +602,14 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                    host_form: str = DEFAULT_HOST_FORM, draw_seed: int = 0,
-                   stalls: Mapping[str, Any] | None = None) -> SimConfig:
+                   stalls: Mapping[str, Any] | None = None,
+                   scatter: Mapping[str, Sequence[float]] | None = None, scatter_seed: int = 0) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
     with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it).
     `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws. `stalls`: engine stalls
     as rare events (`bench.engine_stalls.stall_model`, with the run's own `stall_seed`).
+    `scatter`: where a form scatters the steps (SCATTER_FORMS), the probe steps' draws
+    (`bench.step_scatter.host_scatter`), drawn from `scatter_seed`.
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -644,6 +648,11 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]
     if host_form in DRAW_FORMS and host_spec:
         host_spec.update(stretch_draws(cal), draw_seed=draw_seed)
+    if host_form in SCATTER_FORMS and host_spec:
+        if not scatter:
+            raise ValueError(f"{label}: host form {host_form!r} needs the probe steps' scatter (bench.step_scatter: "
+                             f"the engine steps a sweep saved since 2026-12-06); none given")
+        host_spec.update({k: list(v) for k, v in scatter.items()}, scatter_seed=scatter_seed)
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -905,7 +914,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  host_form: str = DEFAULT_HOST_FORM,
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
                  speed: Mapping[tuple[str, float], float] | None = None,
-                 draw_seed: int = 0, stalls: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+                 draw_seed: int = 0, stalls: Mapping[str, Any] | None = None,
+                 scatter: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
     `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
@@ -913,7 +923,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
     rate) -> the host's slowdown during that run, by which its measured times are scaled
     (`bench.speed_scaled`). `draw_seed`: the seed of a drawing host form's draws (DRAW_FORMS) and
     of the stalls'. `stalls`: engine stalls as rare events (`bench.engine_stalls.stall_model`), each
-    run's drawn from a seed of its own (`stall_seed`)."""
+    run's drawn from a seed of its own (`stall_seed`). `scatter`: label -> the probe steps' scatter
+    (`bench.step_scatter`) for a scattering form (SCATTER_FORMS); without it, each system's own
+    deployment's, from `live_dir`. Each run draws its steps' factors from a seed of its own."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -924,6 +936,9 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
         if progress:
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
         deployment = deployment_of(live, label, path)
+        system_scatter = (scatter or {}).get(label)
+        if host_form in SCATTER_FORMS and system_scatter is None and live_dir is not None:
+            system_scatter = host_scatter(scatter_by_kind(deployment_groups(live_dir / label, system_cal)))
         # The router's log (bench.ttft_split) holds every rate's requests: read once per system.
         log_path = live_dir / label / "predictions.json" if live_dir else None
         log = json.loads(log_path.read_text()) if log_path is not None and log_path.is_file() else None
@@ -934,7 +949,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
             step_model = step_model_from_calibration(rate_cal)
             run_stalls = None if not stalls else {**stalls, "stall_seed": STALL_SEEDS_PER_ROUND * draw_seed + len(rows)}
-            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls)
+            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls,
+                                    system_scatter, STALL_SEEDS_PER_ROUND * draw_seed + len(rows))
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)

@@ -197,8 +197,9 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
                 progress: bool = True) -> tuple[dict[Any, list[float]], dict[Any, list[float]]]:
     """Live and simulated step ratios (`step_ratios`) of `label` over the sweep's rounds (the
     first `num_rounds`), every rate, each round simulated with its own measurements."""
-    from bench.sim_fidelity import (_default_model_dir, calibration_for, deployment_of, live_run_shape,
-                                    sim_config_for, step_model_from_calibration, systems_of)
+    from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, calibration_for, deployment_of,
+                                    live_run_shape, sim_config_for, step_model_from_calibration, systems_of)
+    from bench.step_scatter import deployment_groups, host_scatter, scatter_by_kind
 
     live = json.loads(live_path.read_text())
     systems = systems_of(live)
@@ -215,8 +216,11 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
         roles = {s["worker"]: s["role"] for s in saved}
         cal = calibration_for(summary, label, None)
         model = step_model_from_calibration(cal)
+        # a scattering form draws from this deployment's own probe steps, as its other measurements are its own
+        scatter = (host_scatter(scatter_by_kind(deployment_groups(system_dir, cal)))
+                   if host_form in SCATTER_FORMS else None)
         config = sim_config_for(label, deployment_of(summary, label, systems[label]), cal, _default_model_dir(),
-                                host_form)
+                                host_form, scatter=scatter)
         for rate in live["rates"]:
             records = [RequestRecord.from_dict(d) for d in
                        json.loads((system_dir / f"rate_{rate:g}" / "records.json").read_text())]

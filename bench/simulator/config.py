@@ -181,12 +181,19 @@ class HostConfig(_Strict):
     stall_per_prefill_step: float = Field(0.0, ge=0, lt=1)
     stall_excess_s: list[float] = Field(default_factory=list)
     stall_seed: int = 0
+    # how a step's time scatters around its modelled time: the probe steps' time over their
+    # group's median, sorted, for steps with a prompt's chunk / decode-only (bench.step_scatter),
+    # and the seed of each step's draw among them
+    step_scatter_prefill: list[float] = Field(default_factory=list)
+    step_scatter_decode: list[float] = Field(default_factory=list)
+    scatter_seed: int = 0
 
     def spec(self) -> HostSpec:
         keys = ("load_stretch", "load_stretch_beside", "step_excess_batch", "decode_beside_prefill",
                 "decode_beside_handover", "step_excess_mix", "path_beside_streams", "length_stretch",
                 "length_stretch_beside", "length_alone", "length_alone_beside")
-        draws = ("load_stretch_draws", "load_stretch_beside_draws", "stall_excess_s")
+        draws = ("load_stretch_draws", "load_stretch_beside_draws", "stall_excess_s", "step_scatter_prefill",
+                 "step_scatter_decode")
         values = self.model_dump(exclude={"neighbour", *keys, *draws})
         for key in keys:
             values[key] = tuple((int(n), float(f)) for n, f in getattr(self, key))

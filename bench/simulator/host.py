@@ -311,7 +311,12 @@ class HostSpec:
     `stall_per_prefill_step` and `stall_excess_s`: engine stalls as rare events
     (`bench.engine_stalls`): a step that prefills stalls with that probability, and then runs
     longer by one of those seconds (sorted, drawn uniformly), the draws seeded from `stall_seed`
-    (its own: each run of a sweep has one of its own, or every run would stall at the same step)."""
+    (its own: each run of a sweep has one of its own, or every run would stall at the same step).
+    `step_scatter_prefill` / `step_scatter_decode`: how a step's time scatters around its
+    modelled time, as factors sorted (`bench.step_scatter`: the probe steps before the run, each
+    over its group's median), for steps with a prompt's chunk / decode-only; with them, each
+    step's time (engine time, stretch and excess) takes the factor at a quantile drawn as it
+    starts, the draws seeded from `scatter_seed`."""
 
     num_cores: int = 0
     cpu_s_per_token: float = 0.0
@@ -343,6 +348,9 @@ class HostSpec:
     stall_per_prefill_step: float = 0.0
     stall_excess_s: tuple[float, ...] = ()
     stall_seed: int = 0
+    step_scatter_prefill: tuple[float, ...] = ()
+    step_scatter_decode: tuple[float, ...] = ()
+    scatter_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
@@ -375,7 +383,8 @@ class HostSpec:
             _check_counts(name, points, above=0)
             if any(f <= 0 for _, f in points):
                 raise ValueError(f"host.{name} factors must be positive, got {points}")
-        for name in ("load_stretch_draws", "load_stretch_beside_draws"):
+        for name in ("load_stretch_draws", "load_stretch_beside_draws", "step_scatter_prefill",
+                     "step_scatter_decode"):
             draws = getattr(self, name)
             if any(f <= 0 for f in draws) or list(draws) != sorted(draws):
                 raise ValueError(f"host.{name} needs positive factors in increasing order, got {draws}")
@@ -406,6 +415,22 @@ class HostSpec:
     def stalls(self) -> bool:
         """Whether prefill steps stall now and then (`stall_per_prefill_step`)."""
         return self.stall_per_prefill_step > 0
+
+    @property
+    def scatters(self) -> bool:
+        """Whether each step's time is drawn around its model's (`step_scatter_*` measured)."""
+        return self.is_modelled and bool(self.step_scatter_prefill or self.step_scatter_decode)
+
+    def scatter_factor(self, prefills: bool, quantile: float) -> float:
+        """How many times its modelled time a step takes at its drawn `quantile`: the probe steps'
+        time over their group's median at that quantile (`step_scatter_prefill` for a step with a
+        prompt's chunk, `step_scatter_decode` for a decode-only one; the other where one is not
+        measured). A step's median stays the model's; its spread, and so its mean, are the host's."""
+        draws = self.step_scatter_prefill if prefills else self.step_scatter_decode
+        draws = draws or self.step_scatter_decode or self.step_scatter_prefill
+        if not self.is_modelled or not draws:
+            return 1.0
+        return _quantile(draws, quantile)
 
     @property
     def draws_stretch(self) -> bool:

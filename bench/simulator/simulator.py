@@ -48,6 +48,7 @@ from schedulers.types import (ROLE_PREFILL, ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
 DEFAULT_MAX_EVENTS = 20_000_000
 STALL_SEED_SALT = 1_000_003  # the stalls' draws: seed stall_seed + this, apart from the stretch's
+SCATTER_SEED_SALT = 2_000_003  # the step scatter's draws: seed scatter_seed + this, apart from both
 
 
 @dataclass(eq=False)
@@ -159,6 +160,9 @@ class Simulator:
         # draws the stretch draws the same quantiles with them or without.
         self._stall_draws = random.Random(STALL_SEED_SALT + cluster.host.stall_seed) if cluster.host.stalls else None
         self.num_stalls = 0
+        # Each step's scatter around its modelled time (host.py): a stream of its own as well.
+        self._scatter_draws = (random.Random(SCATTER_SEED_SALT + cluster.host.scatter_seed)
+                               if cluster.host.scatters else None)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -236,6 +240,9 @@ class Simulator:
                 num_busy = 1 + sum(not w.is_idle for w in self.workers.values())
                 if self.neighbour_cost is not None and num_busy > 1:
                     plan.duration_s = max(plan.duration_s, self.neighbour_cost.step_s(plan.chunks, plan.decodes))
+                scatter = (1.0 if self._scatter_draws is None
+                           else host.scatter_factor(bool(plan.chunks), self._scatter_draws.random()))
+                plan.duration_s *= scatter
                 # a prefill loses a share of its core to the streams' work elsewhere (decode
                 # steps: their excess is the delay below)
                 if self._draws is not None and plan.chunks:
@@ -247,6 +254,7 @@ class Simulator:
                     delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
                     delay_s += host.beside_prefill_s(len(plan.decodes))
+                delay_s *= scatter  # the host's excess scatters with the step it is part of
                 delay_s += stall_s  # a stall's seconds do not stretch with the load
                 if plan.chunks or host.path_cores > 0:
                     # the prefill's share, and any step's share lost to the requests on their

@@ -1,0 +1,128 @@
+"""A step's scatter around its modelled time: measured on the probe steps before a run
+(bench.step_scatter), drawn per step by the simulator's host (step-scatter form)."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import replace
+
+import pytest
+
+from bench.simulator import simulate
+from bench.simulator.host import HostSpec
+from bench.step_scatter import (KINDS, draws, host_scatter, probe_ratios, scatter_by_kind, spread,
+                                sweep_scatter)
+from bench.workloads import RequestSpec, Workload
+from schedulers.policies import ColocatedPolicy
+
+from .sim_clusters import MODEL, cluster
+
+HOST = HostSpec(num_cores=2, load_stretch=((1, 1.2),), step_excess_1_s=0.001, step_excess_2_s=0.002)
+WORK = Workload("w", tuple(RequestSpec(f"r{i}", 0.05 * i, 200 + 300 * i, 30) for i in range(6)))
+
+
+def _serve(host: HostSpec, work: Workload = WORK):
+    return simulate(work, cluster({"both": 1}, host), ColocatedPolicy(), keep_steps=True)
+
+
+def test_a_scatter_of_ones_changes_nothing_and_a_scatter_of_twos_doubles_every_step():
+    plain = _serve(HOST)
+    ones = _serve(replace(HOST, step_scatter_prefill=(1.0, 1.0), step_scatter_decode=(1.0,)))
+    assert [r.e2e_s for r in ones.records] == pytest.approx([r.e2e_s for r in plain.records], rel=1e-12)
+    alone = Workload("one", WORK.requests[3:4])  # one request: the same steps, twice as long
+    plain = _serve(HOST, alone)
+    twos = _serve(replace(HOST, step_scatter_prefill=(2.0, 2.0), step_scatter_decode=(2.0,), scatter_seed=3), alone)
+    plain_steps = [s.end_s - s.start_s for s in plain.steps]
+    assert len(twos.steps) == len(plain_steps) > 10
+    assert [s.end_s - s.start_s for s in twos.steps] == pytest.approx([2 * t for t in plain_steps], rel=1e-9)
+
+
+def test_each_kind_of_step_draws_from_its_own_set_or_the_other_where_one_is_missing():
+    host = replace(HOST, step_scatter_prefill=(3.0,), step_scatter_decode=(0.5, 0.5))
+    assert host.scatters
+    assert host.scatter_factor(True, 0.7) == 3.0 and host.scatter_factor(False, 0.7) == 0.5
+    only_decode = replace(HOST, step_scatter_decode=(1.0, 2.0))
+    assert only_decode.scatter_factor(True, 0.5) == pytest.approx(1.5)  # interpolated, the decode set
+    assert not replace(only_decode, num_cores=0).scatters  # no host, no scatter
+    assert HOST.scatter_factor(True, 0.9) == 1.0
+
+
+def test_a_median_one_scatter_keeps_the_median_step_and_lengthens_the_mean():
+    scatter = tuple(draws([0.9] * 40 + [1.0] * 20 + [1.1] * 20 + [2.0] * 20))
+    assert statistics.median(scatter) == pytest.approx(1.0, abs=0.01)
+    plain, drawn = _serve(HOST), _serve(replace(HOST, step_scatter_prefill=scatter, step_scatter_decode=scatter))
+    ratios = [b.end_s - b.start_s for b in drawn.steps]
+    assert sum(ratios) > 1.1 * sum(s.end_s - s.start_s for s in plain.steps)
+    again = _serve(replace(HOST, step_scatter_prefill=scatter, step_scatter_decode=scatter))
+    assert [r.e2e_s for r in again.records] == [r.e2e_s for r in drawn.records]  # seeded
+
+
+def test_the_host_refuses_a_scatter_out_of_order():
+    with pytest.raises(ValueError, match="step_scatter_decode"):
+        HostSpec(num_cores=2, step_scatter_decode=(1.2, 1.0))
+    with pytest.raises(ValueError, match="step_scatter_prefill"):
+        HostSpec(num_cores=2, step_scatter_prefill=(0.0, 1.0))
+
+
+def test_ratios_over_their_groups_median_by_kind_small_groups_left_out():
+    groups = {("both", "decode", "idle", "1"): [1.0, 2.0, 4.0], ("both", "decode", "decode", "1"): [3.0, 6.0, 6.0],
+              ("both", "prefill", "idle", "0"): [2.0, 2.0, 5.0], ("prefill", "prefill", "idle", "0"): [9.0, 1.0]}
+    got = scatter_by_kind(groups, min_steps=3)
+    assert sorted(got["decode"]) == pytest.approx([0.5, 0.5, 1.0, 1.0, 1.0, 2.0])
+    assert sorted(got["prefill"]) == pytest.approx([1.0, 1.0, 2.5])
+    assert set(got) == set(KINDS)
+    assert spread([1.0] * 6 + [2.0] * 4) == pytest.approx(2.0)
+    assert spread([]) is None
+
+
+def test_draws_are_evenly_spaced_quantiles_and_the_host_takes_them():
+    got = draws(list(range(101)), num=11)
+    assert got == pytest.approx([0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100])
+    assert draws([]) == []
+    host = host_scatter({"prefill": [1.0, 2.0], "decode": []})
+    assert set(host) == {"step_scatter_prefill"}
+    HostSpec(num_cores=2, **{k: tuple(v) for k, v in host.items()})  # valid as measured
+
+
+def _saved(t0: float) -> list[dict]:
+    """A both-engine's decode steps, one per 10 ms from t0: every tenth twice as long."""
+    step_s = MODEL.predict(0, 0, [256])
+    return [{"worker": "both-0", "role": "both", "t": t0 + 0.01 * i + (2 if i % 10 == 9 else 1) * step_s,
+             "elapsed_s": (2 if i % 10 == 9 else 1) * step_s, "num_prefill_tokens": 0, "num_decode_reqs": 1}
+            for i in range(100)]
+
+
+def test_only_the_steps_inside_the_measurement_window_count():
+    saved = _saved(100.0) + _saved(200.0)
+    inside = probe_ratios(saved, [(99.0, 102.0)], MODEL)
+    assert sum(len(v) for v in inside.values()) == 100
+    by_kind = scatter_by_kind(inside)
+    assert by_kind["prefill"] == []
+    assert sorted(by_kind["decode"])[-10:] == pytest.approx([2.0] * 10, rel=0.2)
+    assert statistics.median(by_kind["decode"]) == pytest.approx(1.0)
+
+
+def test_a_sweep_pools_the_scatter_as_the_measurements_are_pooled(tmp_path):
+    from dataclasses import asdict
+
+    cal = {"model_spec": asdict(MODEL.spec), "kv_geometry": asdict(MODEL.kv),
+           **{k: getattr(MODEL, k) for k in ("overhead_s", "s_per_linear_flop", "s_per_attention_flop",
+                                             "s_per_kv_byte")}}
+    measured = []
+    for k, name in enumerate(("round_0", "round_1")):
+        (tmp_path / name / "colocated").mkdir(parents=True)
+        steps = _saved(100.0 * (k + 1))
+        if k == 1:
+            steps = [{**s, "elapsed_s": s["elapsed_s"] * (1 + (i % 2))} for i, s in enumerate(steps)]
+        (tmp_path / name / "colocated" / "engine_steps.json").write_text(json.dumps(
+            {"both-0": {"role": "both", "steps": [{k2: v for k2, v in s.items() if k2 not in ("worker", "role")}
+                                                  for s in steps]}}))
+        measured.append({"colocated": {**cal, "window_s": [100.0 * (k + 1) - 1, 100.0 * (k + 1) + 3]}})
+    path = tmp_path / "summary.json"
+    own = sweep_scatter(path, ["round_0", "round_1"], measured, ["colocated"], "own")
+    hardware = sweep_scatter(path, ["round_0", "round_1"], measured, ["colocated"], "hardware")
+    assert own[0]["colocated"] != own[1]["colocated"]
+    assert hardware[0] == hardware[1]
+    assert spread(own[1]["colocated"]["step_scatter_decode"]) > spread(own[0]["colocated"]["step_scatter_decode"])
+    with pytest.raises(ValueError, match="own, pooled or hardware"):
+        sweep_scatter(path, ["round_0", "round_1"], measured, ["colocated"], "mine")
