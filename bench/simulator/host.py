@@ -236,6 +236,21 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   engine slow and sent twice live's share of prompts to the prefill engine. Fresh on run 96: 19
   of 24 figures within 20% pooled and 73 of 96 held out, against 17 and 67 (the live rounds 71);
   the simulated shares 42-56 of 240 against 37-59 live. The default since stop 52.
+- step-scatter (`step_scatter_prefill`, `step_scatter_decode` set besides; `--host step-scatter`):
+  own-streams+mix, and each step's time (engine time, stretch and excess) takes a factor drawn
+  when it starts from the probe steps' own scatter (`bench.step_scatter`: the engine steps inside
+  the window the deployment was measured in, before its run, each over the median of its group
+  of `bench.steps_beside`; one set for steps with a prompt's chunk, one for decode-only steps).
+  The other forms price a step at the probes' medians, and a simulated step varies only with what
+  it computes and what runs beside it; live, a step's p90 over its p50 within one group was
+  1.46-1.56 on run 96, simulated 1.17-1.26, and a queue near capacity grows with that scatter.
+  The probe steps scatter as much (run 97: p90 over p50 x1.46-1.77, their mean x1.06-1.16 of
+  their median). On run 97, fresh: 14 of 24 figures within 20% pooled, as own-streams+mix, held
+  out 57 of 96 against 55 (the live rounds 53); on run 98, 21 of 36 against 17, held out 42 of 72
+  against 26 (the live rounds 30). Hybrid's mean TPOT came within 1-15% (own-streams+mix 15-34%
+  low), colocated's p50 TTFT went 10-41% high (own-streams+mix within 17%). Its steps scatter
+  1.64-1.67 against live's 1.49-1.55: the probes' scatter already holds what the model varies by,
+  and the draws add to it. Not the default.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

@@ -113,7 +113,8 @@ def test_sim_config_mirrors_each_deployment(label, path, policy, workers, cal, m
         assert w.engine.max_model_len == live["max_model_len"]
         assert w.engine.block_size == live["block_size"]
         assert w.engine.enable_chunked_prefill is True
-        assert w.engine.max_num_seqs == 16  # pd_serve's engine default, not the simulator's 256
+        # the config's, else pd_serve's engine default, not the simulator's 256
+        assert w.engine.max_num_seqs == live.get("max_num_seqs", 16)
         assert w.engine.num_kv_blocks == sf.cpu_kv_blocks(live["kv_cache_gib"], step_model.kv)
     policy_obj = build_policy(config, label, cluster)
     assert policy_obj.name == policy
