@@ -26,9 +26,10 @@
    and the start-up link probe on, measured the same way and saved to `--calibration-out`.
    Nothing is fitted to the live runs' results.
 3. Mirrors each live system (the deployment config `bench.compare` recorded as it ran, else
-   its config file, e.g. configs/colocated.yaml or hybrid.yaml) as a simulation config: the same roles and counts,
-   engine settings, KV pool (the CPU engine's `kv_cache_gib`), policy and SLOs, with the
-   calibrated step times instead of the roofline, the start-up link model and the request path.
+   its config file, e.g. configs/colocated.yaml or hybrid.yaml) as a simulation config: the
+   same roles and counts, engine settings, KV pool (the CPU engine's `kv_cache_gib`), policy and
+   SLOs, with the calibrated step times instead of the roofline, the start-up link model and the
+   request path.
 4. Serves the live runs' workloads (bucket_mix, seed 7, the same rates, request count and output
    length) in the simulator, summarizes them with `bench.metrics`, and prints for every system
    and rate live vs simulated p50 TTFT, p99 TTFT and mean TPOT with |sim - live| / live; the
@@ -90,7 +91,7 @@ from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, 
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
-from bench.step_scatter import deployment_groups, host_scatter, scatter_by_kind
+from bench.step_scatter import sweep_scatter
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
 from bench.workloads import Workload
@@ -924,8 +925,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
     (`bench.speed_scaled`). `draw_seed`: the seed of a drawing host form's draws (DRAW_FORMS) and
     of the stalls'. `stalls`: engine stalls as rare events (`bench.engine_stalls.stall_model`), each
     run's drawn from a seed of its own (`stall_seed`). `scatter`: label -> the probe steps' scatter
-    (`bench.step_scatter`) for a scattering form (SCATTER_FORMS); without it, each system's own
-    deployment's, from `live_dir`. Each run draws its steps' factors from a seed of its own."""
+    (`bench.step_scatter`) for a scattering form (SCATTER_FORMS; `sim_config_for` refuses one
+    without it). Each run draws its steps' factors from a seed of its own."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -937,8 +938,6 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             print(f"{label}: {_calibration_line(system_cal)}", file=sys.stderr, flush=True)
         deployment = deployment_of(live, label, path)
         system_scatter = (scatter or {}).get(label)
-        if host_form in SCATTER_FORMS and system_scatter is None and live_dir is not None:
-            system_scatter = host_scatter(scatter_by_kind(deployment_groups(live_dir / label, system_cal)))
         # The router's log (bench.ttft_split) holds every rate's requests: read once per system.
         log_path = live_dir / label / "predictions.json" if live_dir else None
         log = json.loads(log_path.read_text()) if log_path is not None and log_path.is_file() else None
@@ -1237,7 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
     if live.get("experiment") == "rates-rounds":
         try:
             return _main_rounds(live_path, live, args)
-        except ValueError as err:  # a record without what the host form asked for, named
+        except (ValueError, FileNotFoundError) as err:  # a record without what the form asked for, named
             print(f"bench.sim_fidelity: {err}", file=sys.stderr)
             return 2
     for given, flag in ((args.speed != "none", "--speed"), (args.stalls, "--stalls"),
@@ -1250,6 +1249,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     measured = live.get("measured") or {}
+    scatter = None
+    if args.host in SCATTER_FORMS:  # the probe steps of this round's deployments, pooled as the rest is
+        try:
+            scatter = sweep_scatter(live_path, ["."], [measured], [s for s in systems_of(live) if s in measured],
+                                    "hardware" if args.measurements == "hardware" else "own")[0]
+        except (ValueError, FileNotFoundError) as err:
+            print(f"bench.sim_fidelity: {err}", file=sys.stderr)
+            return 2
     if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
         measured = hardware_measurements_for([measured], systems_of(live), args.stretch)[0]
         live = {**live, "measured": measured}
@@ -1264,7 +1271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         rows = run_fidelity(live, cal, _default_model_dir(), systems=systems_of(live), live_dir=live_path.parent,
-                            tolerance=args.tolerance, host_form=args.host)
+                            tolerance=args.tolerance, host_form=args.host, scatter=scatter)
     except ValueError as err:
         print(f"bench.sim_fidelity: {err}", file=sys.stderr)
         return 2

@@ -540,6 +540,24 @@ def test_the_stretch_draws_form_is_decode_neighbour_with_mix_drawing_among_the_l
                 host_form="stretch-draws")
 
 
+def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws(cal, model_dir):
+    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]}
+    record = {**cal, "host": host, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+    scatter = {"step_scatter_prefill": [0.8, 1.0, 1.5], "step_scatter_decode": [0.9, 1.0, 2.0]}
+
+    def host_of(**kw):
+        return build_cluster(sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), record, model_dir, **kw),
+                             "hybrid adaptive").host
+    drawn = host_of(host_form="step-scatter", scatter=scatter, scatter_seed=7)
+    assert drawn == replace(host_of(host_form="own-streams+mix"), step_scatter_prefill=(0.8, 1.0, 1.5),
+                            step_scatter_decode=(0.9, 1.0, 2.0), scatter_seed=7)
+    assert host_of(host_form="own-streams+mix", scatter=scatter).step_scatter_prefill == ()  # other forms: none
+    with pytest.raises(ValueError, match="needs the probe steps' scatter"):
+        host_of(host_form="step-scatter")
+
+
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))

@@ -126,3 +126,11 @@ def test_a_sweep_pools_the_scatter_as_the_measurements_are_pooled(tmp_path):
     assert spread(own[1]["colocated"]["step_scatter_decode"]) > spread(own[0]["colocated"]["step_scatter_decode"])
     with pytest.raises(ValueError, match="own, pooled or hardware"):
         sweep_scatter(path, ["round_0", "round_1"], measured, ["colocated"], "mine")
+
+
+def test_a_sweep_saved_without_engine_steps_is_refused_by_name(tmp_path):
+    (tmp_path / "round_0" / "colocated").mkdir(parents=True)
+    measured = [{"colocated": {"window_s": [0.0, 1.0]}}]
+    with pytest.raises(FileNotFoundError, match="holds no engine steps"):
+        sweep_scatter(tmp_path / "summary.json", ["round_0"], measured, ["colocated"], "own")
+
