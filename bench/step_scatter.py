@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from bench.engine_stalls import saved_steps
-from bench.steps_beside import live_step_records, merge, step_ratios, timed
+from bench.steps_beside import merge, window_ratios
 from schedulers.step_time import StepTimeModel
 
 MIN_GROUP_STEPS = 20  # a group's median from fewer steps is itself too noisy to divide by
@@ -45,14 +45,11 @@ KINDS = ("prefill", "decode")
 
 def probe_ratios(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[float]], model: StepTimeModel,
                  context: int = PROBE_CONTEXT) -> dict[tuple[str, str, str, str], list[float]]:
-    """`bench.steps_beside.step_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`)
+    """`bench.steps_beside.window_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`)
     that ended inside `windows` (each [start, end], wall clock): the probes' steps."""
-    roles = {s["worker"]: s["role"] for s in saved}
     groups: dict[tuple[str, str, str, str], list[float]] = {}
     for window in windows:
-        steps = live_step_records(saved, (window[0], window[1]))
-        merge(groups, step_ratios({wid: timed([s for s in steps if s.worker_id == wid], role)
-                                   for wid, role in roles.items()}, model, context))
+        merge(groups, window_ratios(saved, (window[0], window[1]), model, context))
     return groups
 
 
@@ -95,14 +92,20 @@ def deployment_groups(system_dir: Path, measured: Mapping[str, Any]) -> dict[tup
     """The probe steps' groups of one deployment of a sweep: its saved engine steps inside the
     window its measurements were taken in (`measured`, the summary's record), over its own
     calibrated step model."""
-    from bench.sim_fidelity import step_model_from_calibration
-
     saved = saved_steps(system_dir)
     if saved is None:
         raise FileNotFoundError(f"{system_dir} holds no engine steps (bench.compare saves them since 2026-12-06)")
+    return probe_groups(saved, measured, system_dir)
+
+
+def probe_groups(saved: Sequence[Mapping[str, Any]], measured: Mapping[str, Any],
+                 where: Path) -> dict[tuple[str, str, str, str], list[float]]:
+    """`deployment_groups` of engine steps already read (`where`: their deployment's folder, for the error)."""
+    from bench.sim_fidelity import step_model_from_calibration
+
     window = measured.get("window_s")
     if not window:
-        raise ValueError(f"{system_dir}: its measurements record no window (bench.compare records one since run 59)")
+        raise ValueError(f"{where}: its measurements record no window (bench.compare records one since run 59)")
     return probe_ratios(saved, [window], step_model_from_calibration(measured))
 
 

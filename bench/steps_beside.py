@@ -89,6 +89,16 @@ def live_step_records(saved: Iterable[Mapping[str, Any]], window: tuple[float, f
             for s in saved if start <= s["t"] <= end]
 
 
+def window_ratios(saved: Sequence[Mapping[str, Any]], window: tuple[float, float], model: StepTimeModel,
+                  context: int) -> dict[tuple[str, str, str, str], list[float]]:
+    """`step_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`, each with its
+    worker's role) that ended inside `window`: a run's, or the probes' before it (`bench.step_scatter`)."""
+    roles = {s["worker"]: s["role"] for s in saved}
+    steps = live_step_records(saved, window)
+    return step_ratios({wid: timed([s for s in steps if s.worker_id == wid], role) for wid, role in roles.items()},
+                       model, context)
+
+
 def neighbour_state(step: Timed, others: Sequence[Sequence[Timed]]) -> str:
     """What the other engines did over `step` (NEIGHBOUR_STATES): prefilling, or in decode-only
     steps, for more than half of it; nothing at all; else a mix. `others`: each other engine's
@@ -199,7 +209,7 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     first `num_rounds`), every rate, each round simulated with its own measurements."""
     from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, calibration_for, deployment_of,
                                     live_run_shape, sim_config_for, step_model_from_calibration, systems_of)
-    from bench.step_scatter import deployment_groups, host_scatter, scatter_by_kind
+    from bench.step_scatter import host_scatter, probe_groups, scatter_by_kind
 
     live = json.loads(live_path.read_text())
     systems = systems_of(live)
@@ -213,11 +223,10 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
         saved = saved_steps(system_dir)
         if saved is None:
             raise FileNotFoundError(f"{system_dir} holds no engine steps (a sweep saved before 2026-12-06?)")
-        roles = {s["worker"]: s["role"] for s in saved}
         cal = calibration_for(summary, label, None)
         model = step_model_from_calibration(cal)
         # a scattering form draws from this deployment's own probe steps, as its other measurements are its own
-        scatter = (host_scatter(scatter_by_kind(deployment_groups(system_dir, cal)))
+        scatter = (host_scatter(scatter_by_kind(probe_groups(saved, cal, system_dir)))
                    if host_form in SCATTER_FORMS else None)
         config = sim_config_for(label, deployment_of(summary, label, systems[label]), cal, _default_model_dir(),
                                 host_form, scatter=scatter)
@@ -225,9 +234,7 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
             records = [RequestRecord.from_dict(d) for d in
                        json.loads((system_dir / f"rate_{rate:g}" / "records.json").read_text())]
             context = decode_context(records)
-            steps = live_step_records(saved, run_window(records))
-            merge(live_groups, step_ratios({wid: timed([s for s in steps if s.worker_id == wid], role)
-                                            for wid, role in roles.items()}, model, context))
+            merge(live_groups, window_ratios(saved, run_window(records), model, context))
             num_requests, output_tokens = live_run_shape(summary["summaries"][label][f"rate={rate:g}"])
             cluster = build_cluster(config, label, step_model=model)
             result = simulate(rates_workload(rate, num_requests, output_tokens), cluster,
