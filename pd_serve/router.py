@@ -32,6 +32,7 @@ from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
 from schedulers.decode_slack import DecodeProgress, worker_slack_s
+from schedulers.decode_slots import slot_wait_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
@@ -238,7 +239,7 @@ class Router:
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
                 max_model_len=info.max_model_len, speed_factor=speed,
                 decode_slack_s=self._decode_slack_s(wid, num_running, speed),
-                stall_s=self._stall_s(wid, num_running, speed)))
+                stall_s=self._stall_s(wid, num_running, speed), slot_wait_s=self._slot_wait_s(wid, speed)))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
@@ -250,6 +251,16 @@ class Router:
         request with one token so far is priced at the model's decode step for the worker."""
         step_s = self.predictor.decode_step_s(num_running, speed) if self.predictor is not None else 0.0
         return worker_slack_s(self.decoding[wid].values(), time.time(), step_s)
+
+    def _slot_wait_s(self, wid: str, speed: float) -> float:
+        """How long a request sent to `wid` now waits for a running slot (schedulers/decode_slots.py),
+        from the router's own counts: its requests in flight there and the tokens of those streaming.
+        0 on a prefill-only worker: its prompts leave once prefilled, and its queue times them."""
+        slots = self.infos[wid].max_num_seqs
+        if self.predictor is None or self.infos[wid].role == ROLE_PREFILL or self.inflight[wid] < slots:
+            return 0.0
+        step_s = self.predictor.decode_step_s(slots, speed)
+        return slot_wait_s(self.decoding[wid].values(), self.inflight[wid], slots, step_s)
 
     def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
         """How long `wid` has been silent past twice the longest it could take to give anything

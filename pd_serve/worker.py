@@ -64,6 +64,7 @@ class WorkerInfo:
     start_s: float
     pid: int
     niceness: int = 0  # the process's; Ray renices workers to 15 unless told not to (deployment.init_ray)
+    max_num_seqs: int = 0  # the engine's running slots (0: not known); the router prices waiting for one
 
 
 def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
@@ -167,7 +168,7 @@ class EngineWorker(AsyncProbeHost):
             side_channel_port=conn.side_channel_port,
             vocab_size=cfg.model_config.get_vocab_size(),
             max_model_len=cfg.model_config.max_model_len,
-            block_size=cfg.cache_config.block_size,
+            block_size=cfg.cache_config.block_size, max_num_seqs=cfg.scheduler_config.max_num_seqs,
             hf_config=hf, kv_dtype=str(cfg.model_config.dtype).replace("torch.", ""),
             start_s=time.perf_counter() - t0, pid=os.getpid(), niceness=os.getpriority(os.PRIO_PROCESS, 0))
         if self.info.niceness > 0:

@@ -10,23 +10,28 @@ running on W, each assumed at `decode_context_tokens` of context):
     extra_itl_s = itl_s minus W's decode-only step: what the prefill adds to that gap
     engine_s   = prefill_s minus what those steps would have cost for the decodes alone
 
-Colocated on W:            TTFT = queue_s + prefill_s (the last chunk samples the first token)
-                                  + path_s
+Colocated on W:            TTFT = max(queue_s, slot_wait_s(W)) + prefill_s (the last chunk samples
+                                  the first token) + path_s
 Disaggregated P -> D:      TTFT = queue_s(P) + prefill_s(P) + transfer_s + kv_load_s
                                   + decode_wait_s + first_step_s(D) + path_s
     transfer_s   = link(P, D).predict_s(kv bytes of the whole prompt)
     kv_load_s    = KV_LOAD_STEPS steps of D with its decodes alone (0 when none run): vLLM's
-                   decode side posts the KV read in the first step after the request reaches it,
+                   decode side posts the KV read in the first step after the request is admitted,
                    learns the read is done only from a step's output, and computes the last
                    prompt token in the step after that (below).
     first_step_s = the step on D that computes the last prompt token over the shipped KV (vLLM's
                    decode side recomputes it) and samples the first token, beside D's decodes
-    decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s + kv_load_s)): vLLM runs
+    decode_wait_s = max(0, queue_s(D) - (queue_s(P) + prefill_s(P) + transfer_s + kv_load_s),
+                        slot_wait_s(D) - (queue_s(P) + prefill_s(P))): vLLM runs
                    the prompts D is already prefilling first, with its whole token budget, so the
-                   loaded request starts only once they are done.
+                   loaded request starts only once they are done; and it admits the request (posts
+                   its KV read) only once one of its running slots is free.
                    Prompts reaching D after this decision, which vLLM also runs first, are not
                    seen: a shipped-in request can wait for them (measured here: 130-330 ms on a
                    decode worker busy with local prefills, against 8-10 ms predicted).
+    slot_wait_s  = seconds until a running slot frees on the worker, when its `max_num_seqs` are
+                   taken (WorkerView.slot_wait_s: schedulers/decode_slots.py; 0 on a prefill-only
+                   worker, whose prompts leave as soon as they are prefilled, which queue_s times).
     path_s       = the route's seconds outside the engines (ClusterView.path_s; measured, 0
                    until then: schedulers/path_estimate.py).
 
@@ -143,7 +148,7 @@ class RoutePrediction:
         values = {"ttft_s": self.ttft_s, "queue_s": self.prefill.queue_s,
                   "prefill_s": self.prefill.prefill_s, "transfer_s": self.transfer_s,
                   "first_step_s": self.first_step_s, "decode_wait_s": self.decode_wait_s,
-                  "kv_load_s": self.kv_load_s,
+                  "kv_load_s": self.kv_load_s, "slot_wait_s": self.decode_worker.slot_wait_s,
                   "path_s": self.path_s,
                   "itl_s": self.prefill.itl_s,
                   "extra_itl_s": self.prefill.extra_itl_s,
@@ -198,7 +203,8 @@ class RoutePredictor:
     def prefill_on(self, request: RequestInfo, worker: WorkerView) -> PrefillPart:
         """The request's queue wait and chunked prefill on `worker`."""
         model, decodes, speed = self.step_model, self.decode_contexts(worker), worker.speed_factor
-        queue_s = self.queue_s(worker)
+        # The prompts queued ahead take the first slots that free: the request waits for both.
+        queue_s = max(self.queue_s(worker), worker.slot_wait_s)
         # vLLM computes at least the last prompt token, even on a full prefix-cache hit.
         num_new = max(1, request.num_uncached_tokens)
         num_context = max(0, request.num_prompt_tokens - num_new)
@@ -233,7 +239,8 @@ class RoutePredictor:
         # token budget until they are done, and the loaded request (waiting) gets no step before.
         d_queue_s = self.queue_s(decode)
         kv_ready_s = part.queue_s + part.prefill_s + transfer_s + kv_load_s
-        decode_wait_s = max(0.0, d_queue_s - kv_ready_s)
+        # D posts the KV read only once it admits the request, into a free running slot.
+        decode_wait_s = max(0.0, d_queue_s - kv_ready_s, decode.slot_wait_s - (part.queue_s + part.prefill_s))
         return RoutePrediction(ROUTE_DISAGGREGATED, decode, prefill, part, transfer_s,
                                first_step_s, part.engine_s + first_step_engine_s, *slos,
                                decode_wait_s=decode_wait_s, path_s=path_s, kv_load_s=kv_load_s)

@@ -66,6 +66,10 @@ class WorkerView:
     # Seconds the worker has been silent while requests stream from it or prompts wait on it,
     # beyond the longest it could take (schedulers/stall.py): added to its queue in every prediction.
     stall_s: float = 0.0
+    # Seconds until a request sent here now gets one of the engine's running slots
+    # (schedulers/decode_slots.py): 0 while a slot is free. A prompt's prefill and a shipped-in
+    # request's KV read both start only then.
+    slot_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -74,6 +78,8 @@ class WorkerView:
             raise ValueError(f"worker {self.worker_id!r}: speed_factor must be > 0, got {self.speed_factor}")
         if not self.stall_s >= 0:
             raise ValueError(f"worker {self.worker_id!r}: stall_s must be >= 0, got {self.stall_s}")
+        if not self.slot_wait_s >= 0:
+            raise ValueError(f"worker {self.worker_id!r}: slot_wait_s must be >= 0, got {self.slot_wait_s}")
         if self.decode_slack_s is not None and not self.decode_slack_s >= 0:
             raise ValueError(f"worker {self.worker_id!r}: decode_slack_s must be >= 0 or None, "
                              f"got {self.decode_slack_s}")

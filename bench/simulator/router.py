@@ -14,7 +14,9 @@ As live, the router learns how much slower than calibrated its prefills run at e
 its worker against the prediction), and gives every worker that factor for the requests in
 flight on the host (the simulated cluster is one host), times its role's offset, in the view.
 
-As live, the view gives each worker's stall (`schedulers.stall.worker_silence`: silent past
+As live, the view gives each worker's wait for a running slot (`schedulers.decode_slots`: the
+router's requests in flight there against the engine's `max_num_seqs`, timed by the remaining
+tokens of those decoding) and each worker's stall (`schedulers.stall.worker_silence`: silent past
 twice the longest it could take to give anything back), and under the adaptive policy a prompt
 that has waited its whole TTFT SLO on a stalled prefill worker is taken back and prefilled on its
 decode worker (`prefill_stalled`, checked on the live router's 0.05 s poll; the simulator moves
@@ -30,6 +32,7 @@ from typing import Mapping
 from bench.simulator.worker import SimWorker
 from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
 from schedulers.decode_slack import DecodeProgress, worker_slack_s
+from schedulers.decode_slots import slot_wait_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
@@ -95,13 +98,14 @@ class SimRouter:
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
             num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
-            decode_slack_s=self._decode_slack_s(w, now_s, speed), stall_s=self._stall_s(wid, now_s, speed))
+            decode_slack_s=self._decode_slack_s(w, now_s, speed), stall_s=self._stall_s(wid, now_s, speed),
+            slot_wait_s=self._slot_wait_s(wid, speed))
             for wid, w in self.workers.items() for speed in [self.speed(wid)])
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
-    def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float) -> float:
-        """The TPOT slack of the requests decoding on `worker` at `now_s`, from their tokens so
-        far as the client got them (`pd_serve.router.Router._decode_slack_s`)."""
+    def _decoding(self, worker: SimWorker) -> list[DecodeProgress]:
+        """The requests decoding on `worker`, by their tokens so far as the client got them (the
+        live router's `decoding`)."""
         progress = []
         for r in worker.running:
             record = r.job.record if r.job is not None else None
@@ -111,6 +115,22 @@ class SimRouter:
                 RequestInfo(record.request_id, record.input_tokens, record.output_tokens))[1]
             progress.append(DecodeProgress(record.first_token_s, len(record.token_times), r.max_output_tokens,
                                            tpot_slo_s))
+        return progress
+
+    def _slot_wait_s(self, wid: str, speed: float) -> float:
+        """How long a request sent to `wid` now waits for a running slot
+        (`pd_serve.router.Router._slot_wait_s`)."""
+        worker = self.workers[wid]
+        slots = worker.engine.max_num_seqs
+        if self.predictor is None or worker.spec.role == ROLE_PREFILL or self.num_inflight[wid] < slots:
+            return 0.0
+        step_s = self.predictor.decode_step_s(slots, speed)
+        return slot_wait_s(self._decoding(worker), self.num_inflight[wid], slots, step_s)
+
+    def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float) -> float:
+        """The TPOT slack of the requests decoding on `worker` at `now_s`, from their tokens so
+        far as the client got them (`pd_serve.router.Router._decode_slack_s`)."""
+        progress = self._decoding(worker)
         step_s = 0.0
         if self.predictor is not None and progress:
             step_s = self.predictor.decode_step_s(len(worker.running), speed)

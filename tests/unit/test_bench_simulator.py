@@ -14,6 +14,7 @@ from schedulers.hardware import HARDWARE_SPECS
 from schedulers.model_spec import MODEL_SPECS
 from schedulers.policies import AdaptivePolicy, ColocatedPolicy, DisaggregatedPolicy
 from schedulers.registry import make_policy
+from schedulers.route_prediction import RoutePredictor
 from schedulers.step_time import StepTimeModel
 from schedulers.types import ClusterView, Decision, RequestInfo
 
@@ -303,3 +304,20 @@ def test_the_simulated_view_carries_the_running_requests_tpot_slack():
     tokens = [t for t in first.token_times if t <= 0.5]
     expected = (200 - 1) * 0.1 - (0.5 - tokens[0]) - (200 - len(tokens)) * (0.5 - tokens[0]) / (len(tokens) - 1)
     assert late_view.decode_slack_s == pytest.approx(expected)
+
+
+def test_the_simulated_view_prices_the_wait_for_a_running_slot_as_live():
+    # Two slots: two requests decode (20 and 60 tokens); a third arriving at 0.08 s finds both
+    # slots taken and waits for the nearer finish, at the model's full-batch decode step.
+    policy = RecordingPolicy()
+    workload = Workload("three", (RequestSpec("a", 0.0, 100, 20), RequestSpec("b", 0.0, 100, 60),
+                                  RequestSpec("c", 0.08, 100, 4)))
+    result = simulate(workload, cluster({"both": 1}, max_num_seqs=2), policy)
+    assert policy.calls[0][1].workers[0].slot_wait_s == 0.0  # a free slot
+    late_view = policy.calls[2][1].workers[0]
+    a = result.records[0]
+    tokens_so_far = sum(1 for t in a.token_times if t <= 0.08)
+    assert tokens_so_far >= 1, "the first request must be decoding when the third arrives"
+    step_s = RoutePredictor(MODEL, 2048).decode_step_s(2, late_view.speed_factor)
+    assert late_view.slot_wait_s == pytest.approx((20 - tokens_so_far) * step_s)
+    assert result.records[2].ttft_s > a.e2e_s - 0.08  # it did wait for a's slot

@@ -81,6 +81,22 @@ def test_the_view_prices_a_worker_by_the_tpot_slack_of_the_requests_it_streams(m
     assert Router._decode_slack_s(r, "idle", 0, 1.0) == float("inf")
 
 
+def test_the_view_prices_a_full_worker_by_its_nearest_finishes_and_a_prefill_worker_not_at_all():
+    import collections
+
+    from schedulers.decode_slack import DecodeProgress
+
+    decoding = {"b": {"x": DecodeProgress(0.0, 10, 32, 0.1), "y": DecodeProgress(0.0, 28, 32, 0.1)}, "p": {}}
+    infos = {"b": SimpleNamespace(role="both", max_num_seqs=2), "p": SimpleNamespace(role="prefill", max_num_seqs=2)}
+    predictor = SimpleNamespace(decode_step_s=lambda n, speed: 0.01 * n * speed)
+    r = SimpleNamespace(predictor=predictor, decoding=decoding, infos=infos,
+                        inflight=collections.Counter({"b": 2, "p": 9}))
+    assert Router._slot_wait_s(r, "b", 1.5) == pytest.approx(4 * 0.03)  # y's 4 tokens, 2 decodes at x1.5
+    r.inflight["b"] = 1
+    assert Router._slot_wait_s(r, "b", 1.5) == 0.0  # a slot is free
+    assert Router._slot_wait_s(r, "p", 1.0) == 0.0  # prompts leave a prefill worker once prefilled
+
+
 def _stall_router(decoding, last_output_s, roles):
     import collections
 

@@ -119,3 +119,39 @@ def test_a_request_lost_either_way_spares_the_decoder_even_if_it_waits_longer():
     assert AdaptivePolicy(model, lost_ttft_ratio=col_ratio * 1.01).decide(request, view).route == "colocated"
     with pytest.raises(ValueError, match="lost_ttft_ratio"):
         AdaptivePolicy(model, lost_ttft_ratio=0.5)
+
+
+def test_a_prompt_on_a_worker_with_every_slot_taken_waits_for_one_then_prefills():
+    pred = _predictor()
+    req = RequestInfo("r", num_prompt_tokens=1000, max_tokens=8)
+    free = pred.colocated(req, WorkerView("b", "both", num_queued_prefill_tokens=2000), (1.0, 0.1))
+    full = pred.colocated(req, WorkerView("b", "both", num_queued_prefill_tokens=2000, slot_wait_s=0.5),
+                          (1.0, 0.1))
+    assert free.prefill.queue_s < 0.5  # 2,000 queued tokens take less than the slot's wait
+    assert full.prefill.queue_s == pytest.approx(0.5)
+    assert full.ttft_s == pytest.approx(0.5 + free.prefill.prefill_s)
+    # A queue longer than the slot's wait is what the prompt waits for.
+    short = pred.colocated(req, WorkerView("b", "both", num_queued_prefill_tokens=2000, slot_wait_s=1e-4),
+                           (1.0, 0.1))
+    assert short.prefill.queue_s == pytest.approx(free.prefill.queue_s)
+
+
+def test_a_shipped_in_request_waits_for_a_slot_on_d_only_past_its_prefill_on_p():
+    pred = _predictor()
+    req = RequestInfo("r", num_prompt_tokens=4000, max_tokens=8)
+    p, link, slos = WorkerView("p", "prefill"), LinkEstimate(0.001, 10e9), (1.0, 0.1)
+    part = pred.prefill_on(req, p)
+    p_done_s = part.queue_s + part.prefill_s
+    free = pred.disaggregated(req, p, WorkerView("d", "both"), part, link, 10**6, slos)
+    hidden = pred.disaggregated(req, p, WorkerView("d", "both", slot_wait_s=p_done_s / 2), part, link, 10**6, slos)
+    late = pred.disaggregated(req, p, WorkerView("d", "both", slot_wait_s=p_done_s + 0.3), part, link, 10**6, slos)
+    assert hidden.decode_wait_s == 0.0 and hidden.ttft_s == pytest.approx(free.ttft_s)
+    # The KV read is posted once D admits it: the transfer and load steps follow the free slot.
+    assert late.decode_wait_s == pytest.approx(0.3)
+    assert late.ttft_s == pytest.approx(free.ttft_s + 0.3)
+    assert late.as_dict()["disaggregated.slot_wait_s"] == pytest.approx(p_done_s + 0.3)
+
+
+def test_a_negative_slot_wait_is_refused():
+    with pytest.raises(ValueError, match="slot_wait_s"):
+        WorkerView("b", "both", slot_wait_s=-0.1)
