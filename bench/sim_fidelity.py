@@ -174,8 +174,13 @@ STRETCH_RULE_FORMS["own-streams+mix"] = STRETCH_OWN_STREAMS
 # scatter before the run (bench.step_scatter)
 HOST_FORMS["step-scatter"] = HOST_FORMS["own-streams+mix"]
 STRETCH_RULE_FORMS["step-scatter"] = STRETCH_OWN_STREAMS
+# step-scatter with the probes' scatter drawn only as far as the model's own steps (simulated under
+# own-streams+mix first) fall short of it (`bench.step_scatter.top_up`)
+HOST_FORMS["scatter-top-up"] = HOST_FORMS["own-streams+mix"]
+STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
-SCATTER_FORMS = ("step-scatter",)
+SCATTER_FORMS = ("step-scatter", "scatter-top-up")
+TOP_UP_FORMS = {"scatter-top-up": "own-streams+mix"}  # form -> the form whose simulated steps' scatter it tops up
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
@@ -699,6 +704,24 @@ def stretch_draws(cal: Mapping[str, Any]) -> dict[str, list[float]]:
     return draws
 
 
+def run_scatter(host_form: str, scatter: Mapping[str, Sequence[float]] | None, label: str,
+                deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str, step_model: StepTimeModel,
+                workload: Workload, draw_seed: int = 0,
+                stalls: Mapping[str, Any] | None = None) -> Mapping[str, Sequence[float]] | None:
+    """The scatter draws one run of `host_form` takes: the probes' (`scatter`) as they are, or for a
+    top-up form (TOP_UP_FORMS) only what they add to its base form's own scatter, measured on
+    the same run simulated under that form first (`bench.step_scatter.top_up`)."""
+    if host_form not in TOP_UP_FORMS or not scatter:
+        return scatter
+    from bench.step_scatter import simulated_spread, top_up
+
+    base = sim_config_for(label, deployment, cal, model, TOP_UP_FORMS[host_form], draw_seed, stalls)
+    cluster = build_cluster(base, label, step_model=step_model)
+    result = simulate(workload, cluster, build_policy(base, label, cluster),
+                      speed_by_role=base.policies[label].speed_by_role, keep_steps=True)
+    return top_up(scatter, simulated_spread(result, {w.worker_id: w.role for w in cluster.workers}, step_model))
+
+
 def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, workload: Workload) -> SimResult:
     """Serve `workload` on the config's cluster with the calibrated step times."""
     cluster = build_cluster(config, label, step_model=step_model)
@@ -948,11 +971,13 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
             step_model = step_model_from_calibration(rate_cal)
             run_stalls = None if not stalls else {**stalls, "stall_seed": STALL_SEEDS_PER_ROUND * draw_seed + len(rows)}
-            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls,
-                                    system_scatter, STALL_SEEDS_PER_ROUND * draw_seed + len(rows))
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)
+            run_draws = run_scatter(host_form, system_scatter, label, deployment, rate_cal, model, step_model,
+                                    workload, draw_seed, run_stalls)
+            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls,
+                                    run_draws, STALL_SEEDS_PER_ROUND * draw_seed + len(rows))
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
             live_gaps = live_quiet = live_split = live_alone = live_taken_back = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -30,8 +31,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bench.engine_stalls import saved_steps
-from bench.steps_beside import merge, window_ratios
+from bench.engine_stalls import decode_context, saved_steps
+from bench.steps_beside import merge, step_ratios, timed, window_ratios
 from schedulers.step_time import StepTimeModel
 
 MIN_GROUP_STEPS = 20  # a group's median from fewer steps is itself too noisy to divide by
@@ -86,6 +87,41 @@ def spread(values: Sequence[float]) -> float | None:
         return None
     p50, p90 = np.quantile(values, [0.5, 0.9])
     return float(p90 / p50)
+
+
+def topped_up(values: Sequence[float], model_spread: float | None) -> list[float]:
+    """Draws (`draws`) shrunk around their median, in logs, so that on top of a model whose own
+    steps already scatter by `model_spread` (p90 over p50) they scatter as the probes did:
+    log-spreads of independent factors add in squares, so each draw's log distance from the
+    median is scaled by sqrt(1 - (log model / log probes)^2); by 0 (the median alone) where the
+    model scatters as much already. Unchanged when either spread is not known.
+
+    Why (run 97, stop 53): the probes' steps scattered x1.57 (p90 over p50) and the model's own
+    x1.21 (own-streams+mix); drawn on top, the simulated steps scattered x1.64-1.67, against live's
+    x1.49-1.55: sqrt(log(1.21)^2 + log(1.57)^2) = log(1.63)."""
+    probes = spread(values)
+    if probes is None or model_spread is None or probes <= 1.0 or model_spread <= 1.0:
+        return list(values)
+    scale = math.sqrt(max(0.0, 1.0 - (math.log(model_spread) / math.log(probes)) ** 2))
+    median = statistics.median(values)
+    return [median * (v / median) ** scale for v in values]
+
+
+def top_up(scatter: Mapping[str, Sequence[float]], model_spread: Mapping[str, float | None]) -> dict[str, list[float]]:
+    """The host's scatter (`host_scatter`) topped up over a model that scatters by `model_spread`
+    (kind -> p90 over p50: `simulated_spread`), each kind by its own."""
+    return {key: topped_up(values, model_spread.get(key.removeprefix("step_scatter_")))
+            for key, values in scatter.items()}
+
+
+def simulated_spread(result: Any, roles: Mapping[str, str], model: StepTimeModel,
+                     min_steps: int = MIN_GROUP_STEPS) -> dict[str, float | None]:
+    """How a simulation's own steps scatter (`simulate(..., keep_steps=True)`; `roles`: worker ->
+    role): kind -> p90 over p50 of each step's time over its group's median, grouped as the probe
+    steps are (`bench.steps_beside.step_ratios`, the decodes priced at the run's mean context)."""
+    by_worker = {wid: timed([s for s in result.steps if s.worker_id == wid], role) for wid, role in roles.items()}
+    groups = step_ratios(by_worker, model, decode_context(result.records))
+    return {kind: spread(values) for kind, values in scatter_by_kind(groups, min_steps).items()}
 
 
 def deployment_groups(system_dir: Path, measured: Mapping[str, Any]) -> dict[tuple[str, str, str, str], list[float]]:

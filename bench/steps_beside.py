@@ -208,7 +208,8 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     """Live and simulated step ratios (`step_ratios`) of `label` over the sweep's rounds (the
     first `num_rounds`), every rate, each round simulated with its own measurements."""
     from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, calibration_for, deployment_of,
-                                    live_run_shape, sim_config_for, step_model_from_calibration, systems_of)
+                                    live_run_shape, run_scatter, sim_config_for, step_model_from_calibration,
+                                    systems_of)
     from bench.step_scatter import host_scatter, probe_groups, scatter_by_kind
 
     live = json.loads(live_path.read_text())
@@ -228,17 +229,19 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
         # a scattering form draws from this deployment's own probe steps, as its other measurements are its own
         scatter = (host_scatter(scatter_by_kind(probe_groups(saved, cal, system_dir)))
                    if host_form in SCATTER_FORMS else None)
-        config = sim_config_for(label, deployment_of(summary, label, systems[label]), cal, _default_model_dir(),
-                                host_form, scatter=scatter)
+        deployment, model_dir = deployment_of(summary, label, systems[label]), _default_model_dir()
         for rate in live["rates"]:
             records = [RequestRecord.from_dict(d) for d in
                        json.loads((system_dir / f"rate_{rate:g}" / "records.json").read_text())]
             context = decode_context(records)
             merge(live_groups, window_ratios(saved, run_window(records), model, context))
             num_requests, output_tokens = live_run_shape(summary["summaries"][label][f"rate={rate:g}"])
+            workload = rates_workload(rate, num_requests, output_tokens)
+            config = sim_config_for(label, deployment, cal, model_dir, host_form,
+                                    scatter=run_scatter(host_form, scatter, label, deployment, cal, model_dir,
+                                                        model, workload))
             cluster = build_cluster(config, label, step_model=model)
-            result = simulate(rates_workload(rate, num_requests, output_tokens), cluster,
-                              build_policy(config, label, cluster),
+            result = simulate(workload, cluster, build_policy(config, label, cluster),
                               speed_by_role=config.policies[label].speed_by_role, keep_steps=True)
             sim_roles = {w.worker_id: w.role for w in cluster.workers}
             merge(sim_groups, step_ratios({wid: timed([s for s in result.steps if s.worker_id == wid], role)

@@ -251,6 +251,16 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   low), colocated's p50 TTFT went 10-41% high (own-streams+mix within 17%). Its steps scatter
   1.64-1.67 against live's 1.49-1.55: the probes' scatter already holds what the model varies by,
   and the draws add to it. Not the default.
+- scatter-top-up (`--host scatter-top-up`; stop 54): step-scatter with the draws shrunk around
+  their median, in logs, by sqrt(1 - (log model / log probes)^2), where "model" is how the run's
+  steps scatter simulated under own-streams+mix first (`bench.step_scatter.top_up`): log-spreads
+  of independent factors add in squares, so the simulated steps scatter as the probes' did. Fresh,
+  on the same code: run 97 17 of 24 pooled (own-streams+mix 14, step-scatter 16), held out 60 of
+  96 (54, 60); run 98 24 of 36 (19, 18), held out 36 of 72 (29, 33); run 99 15 of 24 (18, 12),
+  held out 66 of 96 (66, 60). Over the three, 56 of 84 pooled against 51 and 46, held out 162 of
+  264 against 149 and 153. Hybrid's mean TPOT within 1-20% (own-streams+mix 18-28% low on run
+  99), its p99 TTFT 37-110% high at 7.24-10.3 req/s on run 99; colocated's p50 TTFT 10-29% high.
+  Not the default: it lost run 99, and a sweep saved before 2026-12-06 has no probe steps.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

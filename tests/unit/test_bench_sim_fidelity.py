@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -540,11 +541,19 @@ def test_the_stretch_draws_form_is_decode_neighbour_with_mix_drawing_among_the_l
                 host_form="stretch-draws")
 
 
+# An own-streams+mix host, as a deployment's measurements give it
+OWN_STREAMS_HOST = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
+                    "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
+                    "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01,
+                    "step_excess_mix": [[1, 0.002], [4, 0.005]]}
+
+
+def _own_streams_record(cal: dict) -> dict:
+    return {**cal, "host": OWN_STREAMS_HOST, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+
+
 def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws(cal, model_dir):
-    host = {"num_cores": 2, "step_excess_1_s": 0.001, "step_excess_2_s": 0.002, "step_excess_alone_s": 0.0005,
-            "step_excess_batch": [[4, 0.003]], "load_stretch": [[1, 1.3]], "load_stretch_beside": [[1, 1.5]],
-            "decode_beside_prefill": [[1, 0.004]], "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]}
-    record = {**cal, "host": host, "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+    record = _own_streams_record(cal)
     scatter = {"step_scatter_prefill": [0.8, 1.0, 1.5], "step_scatter_decode": [0.9, 1.0, 2.0]}
 
     def host_of(**kw):
@@ -556,6 +565,23 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
     assert host_of(host_form="own-streams+mix", scatter=scatter).step_scatter_prefill == ()  # other forms: none
     with pytest.raises(ValueError, match="needs the probe steps' scatter"):
         host_of(host_form="step-scatter")
+    # the top-up form is the same host, its draws shrunk by the scatter its base form simulates
+    assert host_of(host_form="scatter-top-up", scatter=scatter, scatter_seed=7) == drawn
+
+
+def test_the_top_up_form_draws_less_than_the_probes_and_other_forms_draw_as_given(cal, model_dir):
+    record = _own_streams_record(cal)
+    scatter = {"step_scatter_prefill": [0.7, 0.9, 1.0, 1.2, 2.0], "step_scatter_decode": [0.7, 0.9, 1.0, 1.2, 2.0]}
+    deployment, model = load("hybrid.yaml"), sf.step_model_from_calibration(cal)
+    work = rates_workload(6.0, 60, 16)
+    args = ("hybrid adaptive", deployment, record, model_dir, model, work)
+    assert sf.run_scatter("step-scatter", scatter, *args) is scatter
+    assert sf.run_scatter("scatter-top-up", None, *args) is None
+    topped = sf.run_scatter("scatter-top-up", scatter, *args)
+    for key, values in scatter.items():
+        assert statistics.median(topped[key]) == pytest.approx(1.0)
+        assert topped[key][0] >= values[0] and topped[key][-1] <= values[-1]
+    assert topped != scatter
 
 
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):

@@ -10,8 +10,8 @@ import pytest
 
 from bench.simulator import simulate
 from bench.simulator.host import HostSpec
-from bench.step_scatter import (KINDS, draws, host_scatter, probe_ratios, scatter_by_kind, spread,
-                                sweep_scatter)
+from bench.step_scatter import (KINDS, draws, host_scatter, probe_ratios, scatter_by_kind, simulated_spread,
+                                spread, sweep_scatter, top_up, topped_up)
 from bench.workloads import RequestSpec, Workload
 from schedulers.policies import ColocatedPolicy
 
@@ -134,3 +134,32 @@ def test_a_sweep_saved_without_engine_steps_is_refused_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="holds no engine steps"):
         sweep_scatter(tmp_path / "summary.json", ["round_0"], measured, ["colocated"], "own")
 
+
+
+def test_a_top_up_draws_only_what_the_probes_scatter_beyond_the_model():
+    import math
+
+    probes = draws([0.8 + 0.01 * i for i in range(100)] + [1.5 + 0.02 * i for i in range(30)])
+    model = 1.2
+    topped = topped_up(probes, model)
+    assert statistics.median(topped) == pytest.approx(statistics.median(probes))
+    # log-spreads add in squares: the model's and the top-up's make the probes'
+    assert math.log(spread(topped)) ** 2 + math.log(model) ** 2 == pytest.approx(math.log(spread(probes)) ** 2,
+                                                                                  rel=1e-6)
+    assert topped == sorted(topped)
+    median = statistics.median(probes)
+    assert topped_up(probes, spread(probes) * 1.1) == pytest.approx([median] * len(probes))  # the model has it all
+    assert topped_up(probes, None) == list(probes)
+    host = top_up({"step_scatter_prefill": probes, "step_scatter_decode": probes}, {"prefill": model, "decode": None})
+    assert host == {"step_scatter_prefill": topped, "step_scatter_decode": list(probes)}
+
+
+def test_a_simulations_own_scatter_is_measured_as_the_probes_is():
+    many = Workload("many", tuple(RequestSpec(f"r{i}", 0.03 * i, 150 + 40 * (i % 7), 40) for i in range(40)))
+    plain = _serve(HOST, many)
+    roles = {"both-0": "both"}
+    flat = simulated_spread(plain, roles, MODEL)
+    assert set(flat) == set(KINDS) and flat["decode"] is not None and flat["decode"] >= 1.0
+    scatter = tuple(draws([0.7 + 0.02 * i for i in range(61)]))  # p90 over p50 1.37
+    drawn = _serve(replace(HOST, step_scatter_prefill=scatter, step_scatter_decode=scatter), many)
+    assert simulated_spread(drawn, roles, MODEL)["decode"] > flat["decode"] + 0.2
