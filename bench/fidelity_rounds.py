@@ -82,7 +82,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          measurements: str = "own", speed: str = "none",
                          stretch: str = DEFAULT_STRETCH,
                          stalled: Collection[tuple[str, str, float]] = (),
-                         stall_events: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                         stall_events: Mapping[str, Any] | None = None, seed_offset: int = 0) -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
     (label -> deployment config, as `run_fidelity`). `measurements`: "own", each round simulated
     with what its deployment measured before its run, or "pooled", every round of a system with
@@ -93,7 +93,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`).
     `stalled`: (round, system, rate) of the live runs that held an engine stall
     (`bench.engine_stalls`), for the pool without them (`stall_free`). `stall_events`: engine
-    stalls simulated as rare events (`bench.engine_stalls.stall_model`), round k's drawn from seed k."""
+    stalls simulated as rare events (`bench.engine_stalls.stall_model`), round k's drawn from seed k.
+    `seed_offset`: added to every seed a round draws from (`run_fidelity`)."""
     if speed not in SPEED_FORMS:
         raise ValueError(f"speed must be one of {SPEED_FORMS}, got {speed!r}")
     if measurements not in MEASUREMENTS:
@@ -130,7 +131,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         own_rows.append(run_fidelity(live, cal, model, systems=systems, live_dir=round_dir, tolerance=tolerance,
                                      progress=progress, host_form=host_form, sim_records=sim,
                                      speed=None if slowdowns_by_round is None else slowdowns_by_round[k],
-                                     draw_seed=k, stalls=stall_events,
+                                     draw_seed=k, stalls=stall_events, seed_offset=seed_offset,
                                      scatter=None if scatter_by_round is None else scatter_by_round[k]))
         sim_runs.append(sim)
         live_runs.append({key: live_records(round_dir, *key) for key in sim})

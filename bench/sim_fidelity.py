@@ -190,6 +190,9 @@ PATH_SLOPE_FORMS = ("load-path",)
 # Each simulated run (system, rate) of round k draws its stalls from seed 1000 k + its index: one
 # stream per run, as the live runs each had their own.
 STALL_SEEDS_PER_ROUND = 1000
+# `--seeds N` scores a drawing form N times, its seeds offset by this times 0 .. N-1: far past any
+# sweep's 1000 k + index, so no two scorings share a run's draws.
+SEED_OFFSET_STRIDE = 10_000
 
 
 class Measured(NamedTuple):
@@ -939,7 +942,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
                  speed: Mapping[tuple[str, float], float] | None = None,
                  draw_seed: int = 0, stalls: Mapping[str, Any] | None = None,
-                 scatter: Mapping[str, Mapping[str, Sequence[float]]] | None = None) -> list[dict[str, Any]]:
+                 scatter: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+                 seed_offset: int = 0) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;
     `host_form`: which of the host model's forms (HOST_FORMS) to simulate with. `sim_records`,
@@ -949,7 +953,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
     of the stalls'. `stalls`: engine stalls as rare events (`bench.engine_stalls.stall_model`), each
     run's drawn from a seed of its own (`stall_seed`). `scatter`: label -> the probe steps' scatter
     (`bench.step_scatter`) for a scattering form (SCATTER_FORMS; `sim_config_for` refuses one
-    without it). Each run draws its steps' factors from a seed of its own."""
+    without it). Each run draws its steps' factors from a seed of its own. `seed_offset`: added to
+    every seed drawn from, to score the same form on other draws (`--seeds`)."""
     slo = SloSpec()  # bench.compare summarizes with the default SLOs
     rows = []
     for label, path in systems.items():
@@ -970,14 +975,15 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             factor = (speed or {}).get((label, rate))
             rate_cal = system_cal if factor is None else scaled_calibration(system_cal, factor)
             step_model = step_model_from_calibration(rate_cal)
-            run_stalls = None if not stalls else {**stalls, "stall_seed": STALL_SEEDS_PER_ROUND * draw_seed + len(rows)}
+            run_seed = seed_offset + STALL_SEEDS_PER_ROUND * draw_seed + len(rows)
+            run_stalls = None if not stalls else {**stalls, "stall_seed": run_seed}
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)
             run_draws = run_scatter(host_form, system_scatter, label, deployment, rate_cal, model, step_model,
-                                    workload, draw_seed, run_stalls)
-            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed, run_stalls,
-                                    run_draws, STALL_SEEDS_PER_ROUND * draw_seed + len(rows))
+                                    workload, draw_seed + seed_offset, run_stalls)
+            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed + seed_offset,
+                                    run_stalls, run_draws, run_seed)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
             live_gaps = live_quiet = live_split = live_alone = live_taken_back = None
@@ -1093,6 +1099,23 @@ def _default_model_dir() -> str:
     return ensure_default_model()
 
 
+def seed_score(seed_offset: int, result: Mapping[str, Any]) -> dict[str, Any]:
+    """One scoring's counts (`bench.fidelity_rounds.fidelity_over_rounds`): pooled and held out."""
+    return {"seed_offset": seed_offset, "pooled_ok": result["pooled_within_tolerance"],
+            "pooled_checks": result["pooled_checks"],
+            "held_out_ok": sum(h["sim_round_ok"] for h in result["held_out"]),
+            "held_out_checks": sum(h["checks"] for h in result["held_out"])}
+
+
+def seeds_table(seeds: Sequence[Mapping[str, Any]]) -> str:
+    """One row per scoring, and their mean: how far the draws alone move a form's score."""
+    rows = [[f"+{s['seed_offset']:,}", f"{s['pooled_ok']}/{s['pooled_checks']}",
+             f"{s['held_out_ok']}/{s['held_out_checks']}"] for s in seeds]
+    rows.append(["mean", f"{statistics.fmean(s['pooled_ok'] for s in seeds):.2f}/{seeds[0]['pooled_checks']}",
+                 f"{statistics.fmean(s['held_out_ok'] for s in seeds):.2f}/{seeds[0]['held_out_checks']}"])
+    return format_table(["seeds", "pooled", "held out"], rows)
+
+
 def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namespace) -> int:
     """A `--rounds R` sweep: every round simulated with its own measurements, pooled, and each
     round held against the others' live pool (bench.fidelity_rounds)."""
@@ -1121,9 +1144,17 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
               f"{events['stall_per_prefill_step'] * 1e3:.2f} per 1,000 steps that prefill, "
               f"{len(events['stall_excess_s'])} excesses of {statistics.median(events['stall_excess_s']):.2f} s "
               f"median", file=sys.stderr, flush=True)
-    result = fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
-                                  systems=systems_of(live), measurements=args.measurements, speed=args.speed,
-                                  stretch=args.stretch, stalled=stalled or (), stall_events=events)
+    if args.seeds > 1 and args.host not in (*SCATTER_FORMS, *DRAW_FORMS) and events is None:
+        print(f"bench.sim_fidelity: --seeds {args.seeds}: host form {args.host!r} draws nothing without "
+              f"--stall-events; every seed would score the same", file=sys.stderr)
+        return 2
+
+    def scored(seed_offset: int, progress: bool = True) -> dict[str, Any]:
+        return fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
+                                    progress=progress, systems=systems_of(live), measurements=args.measurements,
+                                    speed=args.speed, stretch=args.stretch, stalled=stalled or (),
+                                    stall_events=events, seed_offset=seed_offset)
+    result = scored(0)
     n_rounds = len(result["rounds"])
     with_what = {"own": "its own measurements",
                  "pooled": "the median of the system's measurements over all rounds",
@@ -1169,8 +1200,17 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
             print(f"\n{name}: {QUIET_HEADING}\n")
             print(quiet_excess_table(rows))
         _print_splits(rows, f"{name}: ")
+    seeds = [seed_score(0, result)]
+    for k in range(1, args.seeds):
+        print(f"draw seeds +{k * SEED_OFFSET_STRIDE:,} ({k + 1} of {args.seeds})", file=sys.stderr, flush=True)
+        seeds.append(seed_score(k * SEED_OFFSET_STRIDE, scored(k * SEED_OFFSET_STRIDE, progress=False)))
+    if len(seeds) > 1:
+        print(f"\nThe same form on other draws (every seed offset by {SEED_OFFSET_STRIDE:,}): figures within "
+              f"{args.tolerance:.0%}\n")
+        print(seeds_table(seeds))
     write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
-                          "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks})
+                          "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks,
+                          "seeds": seeds})
     print(f"wrote {args.out}")
     return 0
 
@@ -1247,7 +1287,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="a --rounds sweep: simulate engine stalls as rare events, at the rate and of the "
                          "lengths that these runs' stalls had (bench.engine_stalls files, pooled; give "
                          "other sweeps' to keep it out of sample)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="a --rounds sweep and a form that draws: score it this many times, every seed "
+                         f"offset by {SEED_OFFSET_STRIDE:,} each time, and print each scoring and their mean")
     args = ap.parse_args(argv)
+    if args.seeds < 1:
+        print(f"bench.sim_fidelity: --seeds must be 1 or more, got {args.seeds}", file=sys.stderr)
+        return 2
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
@@ -1265,7 +1311,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.sim_fidelity: {err}", file=sys.stderr)
             return 2
     for given, flag in ((args.speed != "none", "--speed"), (args.stalls, "--stalls"),
-                        (args.stall_events, "--stall-events")):
+                        (args.stall_events, "--stall-events"), (args.seeds > 1, "--seeds")):
         if given:
             print(f"bench.sim_fidelity: {flag} needs a --rounds sweep's summary", file=sys.stderr)
             return 2

@@ -260,9 +260,10 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   held out 66 of 96 (66, 60). Over the three, 56 of 84 pooled against 51 and 46, held out 162 of
   264 against 149 and 153. Hybrid's mean TPOT within 1-20% (own-streams+mix 18-28% low on run
   99), its p99 TTFT 37-110% high at 7.24-10.3 req/s on run 99; colocated's p50 TTFT 10-29% high.
-  Its seeds alone move it by 2-6 figures pooled and 5-8 held out per run; averaged over four,
-  57 of 84 and 169 of 264 (own-streams+mix 51 and 149). Not the default yet: a sweep saved before
-  2026-12-06 has no probe steps, and the default's users need a stated fallback for that.
+  Its seeds alone move it by 1-5 figures pooled and 4-6 held out per run (`bench.sim_fidelity
+  --seeds 4`); averaged over four, 57.25 of 84 and 169.75 of 264 (own-streams+mix 51 and 149),
+  every seed ahead on both totals. Not the default yet: a sweep saved before 2026-12-06 has no
+  probe steps, and the default's users need a stated fallback for that.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

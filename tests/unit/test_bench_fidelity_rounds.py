@@ -292,3 +292,40 @@ def test_the_command_line_reads_the_sweeps_stalls_and_simulates_other_sweeps(tmp
     single = tmp_path / "round_0" / "summary.json"
     assert sf.main(["--live", str(single), "--out", out, "--stall-events", str(tmp_path / "engine_stalls.json")]) == 2
     assert "--stall-events needs a --rounds sweep" in capsys.readouterr().err
+
+
+def test_a_seed_offset_scores_the_same_form_on_other_draws_and_zero_on_the_same(tmp_path, cal, model_dir):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0])
+    events = {"stall_per_prefill_step": 0.3, "stall_excess_s": [0.5, 1.0, 2.0]}
+
+    def ttfts(offset):
+        result = fidelity_over_rounds(top, None, model_dir, "load-path", progress=False, systems=SYSTEMS,
+                                      stall_events=events, seed_offset=offset)
+        return [r["sim_summary"]["ttft_s"]["mean"] for rows in result["round_rows"] for r in rows]
+    assert ttfts(0) == ttfts(0)
+    assert ttfts(sf.SEED_OFFSET_STRIDE) != ttfts(0)
+
+
+def test_the_command_line_scores_a_drawing_form_over_several_seeds(tmp_path, cal, model_dir, monkeypatch, capsys):
+    top = write_rounds(tmp_path, cal, model_dir, [0.0, 0.0])
+    monkeypatch.setattr(sf, "_default_model_dir", lambda: model_dir)
+    calibration = tmp_path / "cal.json"
+    calibration.write_text(json.dumps(cal))
+    stall = {"worker": "both-0", "t_s": 3.0, "elapsed_s": 2.0, "predicted_s": 0.1, "num_prefill_tokens": 900,
+             "num_decode_reqs": 0, "excess_s": 1.9}
+    runs = [{"round": "round_0", "system": "colocated", "rate": 2.0, "steps": 40, "prefill_steps": 6, "busy_s": 1.0,
+             "stalls": [stall]}]
+    (tmp_path / "stalls.json").write_text(json.dumps({"ratio": 3.0, "min_excess_s": 0.3, "runs": runs}))
+    out = tmp_path / "fidelity.json"
+    common = ["--live", str(top), "--out", str(out), "--calibration", str(calibration)]
+    assert sf.main([*common, "--stall-events", str(tmp_path / "stalls.json"), "--seeds", "3"]) == 0
+    seeds = json.loads(out.read_text())["seeds"]
+    assert [s["seed_offset"] for s in seeds] == [0, sf.SEED_OFFSET_STRIDE, 2 * sf.SEED_OFFSET_STRIDE]
+    assert all(s["pooled_checks"] == 3 and s["held_out_checks"] == 6 for s in seeds)
+    assert "The same form on other draws" in capsys.readouterr().out
+    # A form that draws nothing would score the same every time; one round has no rounds to hold out.
+    assert sf.main([*common, "--seeds", "2"]) == 2
+    assert "draws nothing" in capsys.readouterr().err
+    single = tmp_path / "round_0" / "summary.json"
+    assert sf.main(["--live", str(single), "--out", str(out), "--calibration", str(calibration), "--seeds", "2"]) == 2
+    assert sf.main([*common, "--seeds", "0"]) == 2
