@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from bench.engine_stalls import decode_context, saved_steps
-from bench.steps_beside import merge, step_ratios, timed, window_ratios
+from bench.steps_beside import merge, window_ratios, worker_ratios
 from schedulers.step_time import StepTimeModel
 
 MIN_GROUP_STEPS = 20  # a group's median from fewer steps is itself too noisy to divide by
@@ -118,9 +118,8 @@ def simulated_spread(result: Any, roles: Mapping[str, str], model: StepTimeModel
                      min_steps: int = MIN_GROUP_STEPS) -> dict[str, float | None]:
     """How a simulation's own steps scatter (`simulate(..., keep_steps=True)`; `roles`: worker ->
     role): kind -> p90 over p50 of each step's time over its group's median, grouped as the probe
-    steps are (`bench.steps_beside.step_ratios`, the decodes priced at the run's mean context)."""
-    by_worker = {wid: timed([s for s in result.steps if s.worker_id == wid], role) for wid, role in roles.items()}
-    groups = step_ratios(by_worker, model, decode_context(result.records))
+    steps are (`bench.steps_beside.worker_ratios`, the decodes priced at the run's mean context)."""
+    groups = worker_ratios(result.steps, roles, model, decode_context(result.records))
     return {kind: spread(values) for kind, values in scatter_by_kind(groups, min_steps).items()}
 
 

@@ -89,14 +89,19 @@ def live_step_records(saved: Iterable[Mapping[str, Any]], window: tuple[float, f
             for s in saved if start <= s["t"] <= end]
 
 
-def window_ratios(saved: Sequence[Mapping[str, Any]], window: tuple[float, float], model: StepTimeModel,
+def worker_ratios(steps: Sequence[StepRecord], roles: Mapping[str, str], model: StepTimeModel,
                   context: int) -> dict[tuple[str, str, str, str], list[float]]:
-    """`step_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`, each with its
-    worker's role) that ended inside `window`: a run's, or the probes' before it (`bench.step_scatter`)."""
-    roles = {s["worker"]: s["role"] for s in saved}
-    steps = live_step_records(saved, window)
+    """`step_ratios` of engine steps, live or simulated, each engine's timed (`timed`) with its
+    role (`roles`: worker -> role)."""
     return step_ratios({wid: timed([s for s in steps if s.worker_id == wid], role) for wid, role in roles.items()},
                        model, context)
+
+
+def window_ratios(saved: Sequence[Mapping[str, Any]], window: tuple[float, float], model: StepTimeModel,
+                  context: int) -> dict[tuple[str, str, str, str], list[float]]:
+    """`worker_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`, each with its
+    worker's role) that ended inside `window`: a run's, or the probes' before it (`bench.step_scatter`)."""
+    return worker_ratios(live_step_records(saved, window), {s["worker"]: s["role"] for s in saved}, model, context)
 
 
 def neighbour_state(step: Timed, others: Sequence[Sequence[Timed]]) -> str:
@@ -243,9 +248,8 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
             cluster = build_cluster(config, label, step_model=model)
             result = simulate(workload, cluster, build_policy(config, label, cluster),
                               speed_by_role=config.policies[label].speed_by_role, keep_steps=True)
-            sim_roles = {w.worker_id: w.role for w in cluster.workers}
-            merge(sim_groups, step_ratios({wid: timed([s for s in result.steps if s.worker_id == wid], role)
-                                           for wid, role in sim_roles.items()}, model, context))
+            merge(sim_groups, worker_ratios(result.steps, {w.worker_id: w.role for w in cluster.workers},
+                                            model, context))
         if progress:
             print(f"{name}: {label} live and simulated at {len(live['rates'])} rates", file=sys.stderr, flush=True)
     return live_groups, sim_groups

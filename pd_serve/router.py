@@ -32,7 +32,7 @@ from pd_serve.prompts import random_prompt
 from pd_serve.request import GenerateRequest, GenerateResult, check_against_model
 from pd_serve.worker import WorkerInfo
 from schedulers.decode_slack import DecodeProgress, worker_slack_s
-from schedulers.decode_slots import slot_wait_s
+from schedulers.decode_slots import worker_slot_wait_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.path_estimate import RecentMedian
 from schedulers.prefill_queues import PrefillQueues
@@ -256,11 +256,9 @@ class Router:
         """How long a request sent to `wid` now waits for a running slot (schedulers/decode_slots.py),
         from the router's own counts: its requests in flight there and the tokens of those streaming.
         0 on a prefill-only worker: its prompts leave once prefilled, and its queue times them."""
-        slots = self.infos[wid].max_num_seqs
-        if self.predictor is None or self.infos[wid].role == ROLE_PREFILL or self.inflight[wid] < slots:
-            return 0.0
-        step_s = self.predictor.decode_step_s(slots, speed)
-        return slot_wait_s(self.decoding[wid].values(), self.inflight[wid], slots, step_s)
+        info = self.infos[wid]
+        return worker_slot_wait_s(info.role, self.decoding[wid].values(), self.inflight[wid], info.max_num_seqs,
+                                  self.predictor, speed)
 
     def _stall_s(self, wid: str, num_running: int, speed: float) -> float:
         """How long `wid` has been silent past twice the longest it could take to give anything

@@ -18,9 +18,13 @@ sat at its 16 slots from 3 s to 21 s of a 27-s run; prompts routed there, or shi
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from schedulers.decode_slack import DecodeProgress
+from schedulers.types import ROLE_PREFILL
+
+if TYPE_CHECKING:
+    from schedulers.route_prediction import RoutePredictor
 
 
 def slot_wait_s(decoding: Iterable[DecodeProgress], num_inflight: int, max_num_seqs: int, step_s: float) -> float:
@@ -34,3 +38,14 @@ def slot_wait_s(decoding: Iterable[DecodeProgress], num_inflight: int, max_num_s
     if not remaining:
         return 0.0  # none decoding: nothing to time a finish by
     return remaining[min(must_free, len(remaining)) - 1] * step_s
+
+
+def worker_slot_wait_s(role: str, decoding: Iterable[DecodeProgress], num_inflight: int, max_num_seqs: int,
+                       predictor: RoutePredictor | None, speed_factor: float) -> float:
+    """A worker's slot wait as the live and the simulated router give it in their views:
+    `slot_wait_s` at the model's full-batch decode step at the worker's speed factor; 0 on a
+    prefill-only worker (its prompts leave once prefilled, and its queue times them), without a
+    step model, or while a slot is free."""
+    if predictor is None or role == ROLE_PREFILL or num_inflight < max_num_seqs:
+        return 0.0
+    return slot_wait_s(decoding, num_inflight, max_num_seqs, predictor.decode_step_s(max_num_seqs, speed_factor))

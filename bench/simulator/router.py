@@ -32,7 +32,7 @@ from typing import Mapping
 from bench.simulator.worker import SimWorker
 from schedulers.candidates import DECODE_ROLES, PREFILL_ROLES
 from schedulers.decode_slack import DecodeProgress, worker_slack_s
-from schedulers.decode_slots import slot_wait_s
+from schedulers.decode_slots import worker_slot_wait_s
 from schedulers.feedback import TtftFeedback, predicted_prefill_s
 from schedulers.policies import ColocatedPolicy
 from schedulers.prefill_queues import PrefillQueues
@@ -98,9 +98,10 @@ class SimRouter:
             worker_id=wid, role=w.spec.role, num_running=len(w.running), num_waiting=len(w.waiting),
             kv_cache_usage=w.pool.usage, num_inflight=self.num_inflight[wid],
             num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
-            decode_slack_s=self._decode_slack_s(w, now_s, speed), stall_s=self._stall_s(wid, now_s, speed),
-            slot_wait_s=self._slot_wait_s(wid, speed))
-            for wid, w in self.workers.items() for speed in [self.speed(wid)])
+            decode_slack_s=self._decode_slack_s(w, now_s, speed, decoding), stall_s=self._stall_s(wid, now_s, speed),
+            slot_wait_s=worker_slot_wait_s(w.spec.role, decoding, self.num_inflight[wid], w.engine.max_num_seqs,
+                                           self.predictor, speed))
+            for wid, w in self.workers.items() for speed, decoding in [(self.speed(wid), self._decoding(w))])
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
     def _decoding(self, worker: SimWorker) -> list[DecodeProgress]:
@@ -117,20 +118,10 @@ class SimRouter:
                                            tpot_slo_s))
         return progress
 
-    def _slot_wait_s(self, wid: str, speed: float) -> float:
-        """How long a request sent to `wid` now waits for a running slot
-        (`pd_serve.router.Router._slot_wait_s`)."""
-        worker = self.workers[wid]
-        slots = worker.engine.max_num_seqs
-        if self.predictor is None or worker.spec.role == ROLE_PREFILL or self.num_inflight[wid] < slots:
-            return 0.0
-        step_s = self.predictor.decode_step_s(slots, speed)
-        return slot_wait_s(self._decoding(worker), self.num_inflight[wid], slots, step_s)
-
-    def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float) -> float:
-        """The TPOT slack of the requests decoding on `worker` at `now_s`, from their tokens so
-        far as the client got them (`pd_serve.router.Router._decode_slack_s`)."""
-        progress = self._decoding(worker)
+    def _decode_slack_s(self, worker: SimWorker, now_s: float, speed: float,
+                        progress: list[DecodeProgress]) -> float:
+        """The TPOT slack of the requests decoding on `worker` at `now_s` (`progress`: `_decoding`),
+        from their tokens so far as the client got them (`pd_serve.router.Router._decode_slack_s`)."""
         step_s = 0.0
         if self.predictor is not None and progress:
             step_s = self.predictor.decode_step_s(len(worker.running), speed)
