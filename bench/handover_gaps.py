@@ -104,16 +104,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench.pooled_measurements import DEFAULT_STRETCH, hardware_measurements_for
     from bench.rate_rounds import round_summaries
     from bench.router_log import disaggregated_parts
-    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, deployment_of,
-                                    live_run_shape, sim_config_for, simulate_system, step_model_from_calibration,
-                                    systems_of)
+    from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, NO_STEPS_HOST_FORM, SCATTER_FORMS,
+                                    _default_model_dir, deployment_of, host_form_for, live_run_shape, scattered_config,
+                                    simulate_system, step_model_from_calibration, systems_of)
+    from bench.step_scatter import sweep_scatter
 
     ap = argparse.ArgumentParser(prog="python -m bench.handover_gaps", description=__doc__.splitlines()[0])
     ap.add_argument("--live", required=True, help="a bench.compare rates summary.json with --rounds")
     ap.add_argument("--round", type=int, default=0, help="which round (0-based)")
     ap.add_argument("--system", default="disaggregated", help="a system label of the sweep")
-    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
-                    help="the simulator's host form (bench.sim_fidelity --host)")
+    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=None,
+                    help=f"the simulator's host form (bench.sim_fidelity --host; default {DEFAULT_HOST_FORM}, or "
+                         f"{NO_STEPS_HOST_FORM} for a sweep that saved no engine steps)")
     args = ap.parse_args(argv)
     live_path = Path(args.live)
     top = json.loads(live_path.read_text())
@@ -127,9 +129,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench.handover_gaps: no system {args.system!r} in the sweep ({', '.join(systems)})", file=sys.stderr)
         return 2
     summaries = round_summaries(live_path, top)
-    cal = hardware_measurements_for([s.get("measured") or {} for s in summaries], systems,
-                                    DEFAULT_STRETCH)[args.round][args.system]
+    measured = [s.get("measured") or {} for s in summaries]
+    cal = hardware_measurements_for(measured, systems, DEFAULT_STRETCH)[args.round][args.system]
     round_dir = live_path.parent / names[args.round]
+    args.host = host_form_for(args.host, [round_dir / args.system], "bench.handover_gaps")
+    scatter = None
+    if args.host in SCATTER_FORMS:  # the probe steps' scatter, pooled as the measurements are (hardware)
+        try:
+            scatter = sweep_scatter(live_path, names, measured, systems, "hardware")[args.round][args.system]
+        except (ValueError, FileNotFoundError) as err:
+            print(f"bench.handover_gaps: {err}", file=sys.stderr)
+            return 2
     log_path = round_dir / args.system / "predictions.json"
     if not log_path.is_file():
         print(f"bench.handover_gaps: {log_path} is missing: the router's log gives the engines' parts",
@@ -141,8 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for rate in summaries[args.round]["rates"]:
         records = live_records(round_dir, args.system, rate)
         num_requests, output_tokens = live_run_shape(summaries[args.round]["summaries"][args.system][f"rate={rate:g}"])
-        result = simulate_system(sim_config_for(args.system, deployment, cal, model, args.host), args.system,
-                                 step_model_from_calibration(cal), rates_workload(rate, num_requests, output_tokens))
+        step_model, workload = step_model_from_calibration(cal), rates_workload(rate, num_requests, output_tokens)
+        result = simulate_system(scattered_config(args.system, deployment, cal, model, args.host, step_model, workload,
+                                                  scatter), args.system, step_model, workload)
         live = classify(records, *live_windows(records, parts))
         sim = classify(result.records, *sim_windows(result.records, result.prompt_reached_s,
                                                     result.prompt_prefilled_s))

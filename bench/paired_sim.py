@@ -28,8 +28,8 @@ from bench.host_speed import read_samples
 from bench.metrics import SloSpec, num_within_slos, pooled_summary, write_json, write_markdown
 from bench.paired import ROUTES
 from bench.speed_scaled import scaled_calibration, slowdowns
-from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, sim_config_for,
-                                simulate_system, step_model_from_calibration)
+from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, NO_STEPS_HOST_FORM, _default_model_dir,
+                                host_form_for, sim_config_for, simulate_system, step_model_from_calibration)
 
 
 def route_configs(deployment: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,7 +66,7 @@ def pair_slowdowns(live: Mapping[str, Any], live_dir: Path,
 
 
 def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM, measurements: str = "before",
+                   host_form: str = NO_STEPS_HOST_FORM, measurements: str = "before",
                    slowdowns: list[list[dict[str, float]]] | None = None) -> list[dict[str, Any]]:
     """Per live rate: each route's simulated requests within both SLOs and goodput, and the
     simulated auto / colocated ratio beside the live pooled one and its per-pair range.
@@ -137,7 +137,9 @@ def deployment_of(live: Mapping[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paired_sim", description=__doc__.splitlines()[0])
     ap.add_argument("--live", required=True, help="a bench.paired summary.json")
-    ap.add_argument("--host", default=DEFAULT_HOST_FORM, choices=sorted(HOST_FORMS))
+    ap.add_argument("--host", default=None, choices=sorted(HOST_FORMS),
+                    help=f"the simulator's host form (bench.sim_fidelity --host; default {NO_STEPS_HOST_FORM}: "
+                         f"bench.paired saves no engine steps for the default, {DEFAULT_HOST_FORM}, to scatter by)")
     ap.add_argument("--measurements", default="before", choices=sorted(MEASUREMENTS),
                     help="the deployment's measurements from before the pairs or after them")
     ap.add_argument("--speed", default="none", choices=SPEEDS,
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     live = json.loads(live_path.read_text())
     if live.get("experiment") != "paired":
         ap.error(f"{live_path} is not a bench.paired summary")
+    args.host = host_form_for(args.host, [live_path.parent], "bench.paired_sim")
     try:
         slowdowns = None if args.speed == "none" else pair_slowdowns(live, live_path.parent, args.measurements)
         rows = simulated_rows(live, deployment_of(live), _default_model_dir(), args.host, args.measurements,

@@ -25,8 +25,10 @@ from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
 from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
 from bench.rate_rounds import round_summaries
-from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, _default_model_dir, deployment_of, sim_config_for,
-                                simulate_system, step_model_from_calibration, systems_of)
+from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, NO_STEPS_HOST_FORM, SCATTER_FORMS,
+                                _default_model_dir, deployment_of, host_form_for, scattered_config, simulate_system,
+                                step_model_from_calibration, sweep_system_dirs, systems_of)
+from bench.step_scatter import sweep_scatter
 from pd_serve.report import format_table
 
 FORMS = ("hardware", "own")
@@ -48,18 +50,22 @@ def round_measurements(summaries: Sequence[Mapping[str, Any]], systems: Mapping[
 
 def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                        output_tokens: int, num_requests: int | None = None, seed_offset: int = 0,
-                       host_form: str = DEFAULT_HOST_FORM) -> float:
+                       host_form: str = NO_STEPS_HOST_FORM,
+                       scatter: Mapping[str, Sequence[float]] | None = None) -> float:
     """Req/s of `deployment`'s closed loop (bench.compare.capacity_workload) simulated on `cal`,
-    the host in `host_form` (bench.sim_fidelity.HOST_FORMS)."""
+    the host in `host_form` (bench.sim_fidelity.HOST_FORMS; a scattering form's steps drawn from
+    `scatter`, bench.step_scatter, from a seed of the mix's draw)."""
     wl, concurrency = capacity_workload(dict(deployment), output_tokens, num_requests, seed_offset)
-    config = sim_config_for(label, deployment, cal, model, host_form=host_form)
-    records = simulate_system(config, label, step_model_from_calibration(cal), wl).records
+    step_model = step_model_from_calibration(cal)
+    config = scattered_config(label, deployment, cal, model, host_form, step_model, wl, scatter,
+                              draw_seed=seed_offset, scatter_seed=seed_offset)
+    records = simulate_system(config, label, step_model, wl).records
     return steady_capacity(records, concurrency, label).rps
 
 
 def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 1,
                   model: str | None = None, stretch: str = DEFAULT_STRETCH,
-                  host_form: str = DEFAULT_HOST_FORM) -> list[list[str]]:
+                  host_form: str = NO_STEPS_HOST_FORM) -> list[list[str]]:
     """One row per system and round: the simulated capacity per draw of the mix."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -74,6 +80,10 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
         per_round = round_measurements(summaries, systems_of(live), measurements, stretch)
     except ValueError as error:
         raise ValueError(f"{live_path}: {error}") from None
+    scatter = None
+    if host_form in SCATTER_FORMS:  # the probe steps' scatter, pooled as the measurements are
+        measured = [s.get("measured") or {} for s in summaries]
+        scatter = sweep_scatter(live_path, live.get("round_dirs") or ["."], measured, systems_of(live), measurements)
     if measurements == "hardware":  # one pool for every round
         per_round = per_round[:1]
     for k, records in enumerate(per_round):
@@ -82,7 +92,8 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
                 continue
             deployment = deployment_of(summaries[k], label, path)  # the first round's for the pool
             caps = [simulated_capacity(label, deployment, records[label], model, output_tokens, num_requests, s,
-                                       host_form) for s in range(seeds)]
+                                       host_form, None if scatter is None else scatter[k].get(label))
+                    for s in range(seeds)]
             spread = "" if seeds == 1 else f"{min(caps):.2f}-{max(caps):.2f} (median {statistics.median(caps):.2f})"
             rows.append([label, "all, pooled" if measurements == "hardware" else str(k), f"{caps[0]:.2f}", spread])
     return rows
@@ -97,8 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,
                     help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch "
                          f"reads it ({DEFAULT_STRETCH} unless given)")
-    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
-                    help=f"the host model's form, as bench.sim_fidelity --host (default {DEFAULT_HOST_FORM})")
+    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=None,
+                    help=f"the host model's form, as bench.sim_fidelity --host (default {DEFAULT_HOST_FORM}, or "
+                         f"{NO_STEPS_HOST_FORM} for a sweep that saved no engine steps)")
     args = ap.parse_args(argv)
     if args.stretch is not None and args.measurements != "hardware":
         # each round's own record holds its probe's points as measured: there is nothing to read
@@ -107,9 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     try:
+        args.host = host_form_for(args.host, sweep_system_dirs(live_path, live), "bench.sim_capacity")
         rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch or DEFAULT_STRETCH,
                              host_form=args.host)
-    except ValueError as err:
+    except (ValueError, FileNotFoundError) as err:  # a record or folder without what the form reads, named
         print(f"bench.sim_capacity: {err}", file=sys.stderr)
         return 2
     cap = live.get("capacity")

@@ -71,13 +71,13 @@ import time
 from collections import Counter
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import yaml
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, rates_workload
 from bench.decode_growth import measure_decode_growth
-from bench.engine_stalls import STALLS_FILE, stall_model, stall_words, stalled_runs
+from bench.engine_stalls import STALLS_FILE, STEPS_FILE, stall_model, stall_words, stalled_runs
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.length_stretch import measure_length_stretch
@@ -181,6 +181,8 @@ STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
 SCATTER_FORMS = ("step-scatter", "scatter-top-up")
 TOP_UP_FORMS = {"scatter-top-up": "own-streams+mix"}  # form -> the form whose simulated steps' scatter it tops up
+# The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
+NO_STEPS_HOST_FORM = "own-streams+mix"
 LENGTH_FORMS = ("length", "length-alone")
 ALONE_FORMS = ("length-alone",)
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
@@ -341,8 +343,19 @@ MEASURED_SINCE = (
 # Fresh, run 96: 19 of 24 pooled and 73 of 96 held out (the live rounds 71), against 17 and 67.
 # Over runs 85-95 (saved, 10 sweeps) it came to 203 of 288 pooled and 684 of 984 held out
 # against 209 and 692 (the old rule's error in the step offset others there: hybrid's mean TPOT
-# within 20% in 23 of 48 against 32, its p99 TTFT in 20 against 16). The default since stop 52.
-DEFAULT_HOST_FORM = "own-streams+mix"
+# within 20% in 23 of 48 against 32, its p99 TTFT in 20 against 16). The default until stop 55.
+# scatter-top-up (stop 54) is own-streams+mix with every step's time drawn around the model's from
+# the probe steps' own scatter, shrunk so that on top of the model's own scatter the steps scatter as
+# the probes did (`bench.step_scatter.top_up`). Chosen on runs 97-99 (results/rates_v100-v102), scored
+# on four draw seeds each (`--seeds 4`): 57.25 of 84 figures within 20% pooled and 169.75 of 264 held
+# out on average, against own-streams+mix's 51 and 149, every seed ahead on both totals. Fresh, run
+# 100 (rates_v103, 3 systems, 2 rounds; its engines calibrated faster than run 99's, step overhead
+# 5.36 ms against 6.39, its live figures about run 99's): 25.5 of 36 pooled and 41.25 of 72 held out
+# (seeds 23-27, 39-43), against 4 and 16 (the live rounds 34). own-streams+mix priced every figure
+# fast there (mean TPOT 23-45% low); the top-up's draws, skewed long, lengthen the steps' mean.
+# The default since stop 55. A sweep that saved no engine steps (before 2026-12-06) has nothing to
+# draw from: the tools simulate it under own-streams+mix (NO_STEPS_HOST_FORM), and say so.
+DEFAULT_HOST_FORM = "scatter-top-up"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -610,11 +623,12 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 
 
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
-                   host_form: str = DEFAULT_HOST_FORM, draw_seed: int = 0,
+                   host_form: str = NO_STEPS_HOST_FORM, draw_seed: int = 0,
                    stalls: Mapping[str, Any] | None = None,
                    scatter: Mapping[str, Sequence[float]] | None = None, scatter_seed: int = 0) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
-    with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it).
+    with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it; by
+    default the form that needs no scatter draws, which the command line's default takes).
     `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws. `stalls`: engine stalls
     as rare events (`bench.engine_stalls.stall_model`, with the run's own `stall_seed`).
     `scatter`: where a form scatters the steps (SCATTER_FORMS), the probe steps' draws
@@ -723,6 +737,41 @@ def run_scatter(host_form: str, scatter: Mapping[str, Sequence[float]] | None, l
     result = simulate(workload, cluster, build_policy(base, label, cluster),
                       speed_by_role=base.policies[label].speed_by_role, keep_steps=True)
     return top_up(scatter, simulated_spread(result, {w.worker_id: w.role for w in cluster.workers}, step_model))
+
+
+def scattered_config(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
+                     host_form: str, step_model: StepTimeModel, workload: Workload,
+                     scatter: Mapping[str, Sequence[float]] | None = None, draw_seed: int = 0,
+                     stalls: Mapping[str, Any] | None = None, scatter_seed: int = 0) -> SimConfig:
+    """`sim_config_for` one run of `workload`, with the scatter draws `host_form` takes for it
+    (`run_scatter`: a top-up form's measured on the same run simulated under its base form)."""
+    draws = run_scatter(host_form, scatter, label, deployment, cal, model, step_model, workload, draw_seed, stalls)
+    return sim_config_for(label, deployment, cal, model, host_form, draw_seed, stalls, draws, scatter_seed)
+
+
+def sweep_system_dirs(live_path: Path, live: Mapping[str, Any]) -> list[Path]:
+    """Every deployment folder of a rates sweep (`bench.compare`): one per round and system."""
+    return [live_path.parent / name / label for name in live.get("round_dirs") or ["."]
+            for label in systems_of(live) if label in (live.get("summaries") or {})]
+
+
+def host_form_for(requested: str | None, system_dirs: Iterable[Path], tool: str) -> str:
+    """The host form `tool` simulates with: `requested` (its --host) as given; else the default
+    (DEFAULT_HOST_FORM) where every one of `system_dirs` holds its deployment's saved engine steps,
+    which the default scatters steps by; else NO_STEPS_HOST_FORM, said so on stderr. Sweeps saved
+    before 2026-12-06, and `bench.paired` runs, hold no engine steps."""
+    if requested is not None:
+        return requested
+    dirs = list(system_dirs)
+    missing = [d for d in dirs if not (d / STEPS_FILE).is_file()]
+    if dirs and not missing:
+        return DEFAULT_HOST_FORM
+    fallback = NO_STEPS_HOST_FORM
+    where = f"{missing[0]} holds no {STEPS_FILE}" if missing else "no deployment folder was given"
+    print(f"{tool}: host form {fallback}, not the default {DEFAULT_HOST_FORM}: {where}, and the default "
+          f"scatters every step by the probe steps saved there (bench.compare saves them since 2026-12-06)",
+          file=sys.stderr, flush=True)
+    return fallback
 
 
 def simulate_system(config: SimConfig, label: str, step_model: StepTimeModel, workload: Workload) -> SimResult:
@@ -938,7 +987,7 @@ def systems_of(live: Mapping[str, Any]) -> Mapping[str, str]:
 def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: str,
                  systems: Mapping[str, str] = RATES_SYSTEMS, live_dir: Path | None = None,
                  tolerance: float = TOLERANCE, progress: bool = True,
-                 host_form: str = DEFAULT_HOST_FORM,
+                 host_form: str = NO_STEPS_HOST_FORM,
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
                  speed: Mapping[tuple[str, float], float] | None = None,
                  draw_seed: int = 0, stalls: Mapping[str, Any] | None = None,
@@ -980,10 +1029,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             live_summary = live["summaries"][label][key]
             num_requests, output_tokens = live_run_shape(live_summary)
             workload = rates_workload(rate, num_requests, output_tokens)
-            run_draws = run_scatter(host_form, system_scatter, label, deployment, rate_cal, model, step_model,
-                                    workload, draw_seed + seed_offset, run_stalls)
-            config = sim_config_for(label, deployment, rate_cal, model, host_form, draw_seed + seed_offset,
-                                    run_stalls, run_draws, run_seed)
+            config = scattered_config(label, deployment, rate_cal, model, host_form, step_model, workload,
+                                      system_scatter, draw_seed + seed_offset, run_stalls, run_seed)
             matches = None
             records_path = live_dir / label / key.replace("=", "_") / "records.json" if live_dir else None
             live_gaps = live_quiet = live_split = live_alone = live_taken_back = None
@@ -1208,7 +1255,7 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
         print(f"\nThe same form on other draws (every seed offset by {SEED_OFFSET_STRIDE:,}): figures within "
               f"{args.tolerance:.0%}\n")
         print(seeds_table(seeds))
-    write_json(args.out, {"live": str(live_path), "calibration": cal, **result,
+    write_json(args.out, {"live": str(live_path), "host_form": args.host, "calibration": cal, **result,
                           "held_out_live_ok": live_ok, "held_out_sim_ok": sim_ok, "held_out_checks": checks,
                           "seeds": seeds})
     print(f"wrote {args.out}")
@@ -1225,8 +1272,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="where a measured calibration is saved")
     ap.add_argument("--out", default="results/sim_fidelity.json")
     ap.add_argument("--tolerance", type=float, default=TOLERANCE)
-    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=DEFAULT_HOST_FORM,
-                    help="the host model: the decode steps' measured excess, with a lone stream "
+    ap.add_argument("--host", choices=sorted(HOST_FORMS), default=None,
+                    help=f"the host model (default {DEFAULT_HOST_FORM}, or {NO_STEPS_HOST_FORM} for a "
+                         f"sweep that saved no engine steps): the decode steps' measured excess, with a lone stream "
                          "for the steps no other engine computes beside and with one and two "
                          "streams per engine for the others, and the prefill steps and the request "
                          "path stretched by the factor measured beside as many streams as run at "
@@ -1248,7 +1296,9 @@ def main(argv: list[str] | None = None) -> int:
                          "loops of the workload's mix (mix-growth); as mix-growth without prefill-neighbour's "
                          "stretch, on decode-neighbour (decode-neighbour+mix); as decode-neighbour+mix with hybrid's "
                          "engine that streams stretched beside its own streams, not by its prefill-only "
-                         "engine's work (own-streams+mix, the default; own-streams without the mix); as "
+                         "engine's work (own-streams+mix; own-streams without the mix); as own-streams+mix with "
+                         "every step's time drawn around the model's by the probe steps' scatter (step-scatter), "
+                         "or by only what that adds to the model's own steps' scatter (scatter-top-up); as "
                          "mix-growth with the "
                          "colocated route's request path as bench.host_load's probes measured it beside "
                          "streams (path-beside); as path-beside with a prefill's stretch scaled by "
@@ -1304,6 +1354,8 @@ def main(argv: list[str] | None = None) -> int:
     if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2
+    if live.get("experiment") in ("rates", "rates-rounds"):
+        args.host = host_form_for(args.host, sweep_system_dirs(live_path, live), "bench.sim_fidelity")
     if live.get("experiment") == "rates-rounds":
         try:
             return _main_rounds(live_path, live, args)

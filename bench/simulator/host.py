@@ -235,7 +235,7 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   beside it idle, where decode-neighbour gave x1.61-2.09; the simulated router then learned that
   engine slow and sent twice live's share of prompts to the prefill engine. Fresh on run 96: 19
   of 24 figures within 20% pooled and 73 of 96 held out, against 17 and 67 (the live rounds 71);
-  the simulated shares 42-56 of 240 against 37-59 live. The default since stop 52.
+  the simulated shares 42-56 of 240 against 37-59 live. The default from stop 52 to stop 54.
 - step-scatter (`step_scatter_prefill`, `step_scatter_decode` set besides; `--host step-scatter`):
   own-streams+mix, and each step's time (engine time, stretch and excess) takes a factor drawn
   when it starts from the probe steps' own scatter (`bench.step_scatter`: the engine steps inside
@@ -262,8 +262,11 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   99), its p99 TTFT 37-110% high at 7.24-10.3 req/s on run 99; colocated's p50 TTFT 10-29% high.
   Its seeds alone move it by 1-5 figures pooled and 4-6 held out per run (`bench.sim_fidelity
   --seeds 4`); averaged over four, 57.25 of 84 and 169.75 of 264 (own-streams+mix 51 and 149),
-  every seed ahead on both totals. Not the default yet: a sweep saved before 2026-12-06 has no
-  probe steps, and the default's users need a stated fallback for that.
+  every seed ahead on both totals. Fresh, run 100 (3 systems, 2 rounds; engines calibrated faster than
+  run 99's, live figures about the same): 25.5 of 36 pooled and 41.25 of 72 held out over four seeds (23-27, 39-43), against
+  own-streams+mix's 4 and 16 (the live rounds 34). The default since stop 55; a sweep saved before
+  2026-12-06 has no probe steps to draw from and is simulated under own-streams+mix, said so
+  (`bench.sim_fidelity.host_form_for`).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

@@ -65,7 +65,7 @@ def test_a_record_without_what_the_host_form_needs_is_refused(tmp_path, capsys, 
     write_summary(path, {"colocated": {**cal, "host": host,
                                        "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}})
     # prefill-neighbour needs the probe of a prefill beside another engine's prefills; the
-    # default form (own-streams+mix) does not, nor, on colocated, the mix's loops
+    # default form does not (a sweep without engine steps: own-streams+mix), nor, on colocated, the mix's loops
     assert main(["--live", str(path), "--host", "prefill-neighbour"]) == 2
     assert "--host decode-neighbour" in capsys.readouterr().err
     assert main(["--live", str(path)]) == 0

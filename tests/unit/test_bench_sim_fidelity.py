@@ -320,7 +320,8 @@ def test_a_measured_host_reaches_the_simulated_cluster_in_the_form_asked(cal, mo
     # on runs 37-47), a prefill stretched only beside another engine's decode steps or a
     # prefill-only engine's work, or beside another engine's prefill by the stretch measured
     # there (prefill-neighbour), with one decode engine its further streams by the loops of the
-    # mix, and the colocated path as measured beside streams. Unasked, own-streams+mix: the same
+    # mix, and the colocated path as measured beside streams. Unasked, own-streams+mix (the form
+    # that needs no scatter draws, NO_STEPS_HOST_FORM): the same
     # without the stretch beside another engine's prefill and the path beside streams, and with
     # hybrid's engine that streams stretched beside its own streams (the own-streams rule).
     # A record from before its points, or the stretches, were measured is refused rather than
@@ -359,7 +360,7 @@ def test_the_load_beside_form_takes_the_decode_excess_beside_a_prefill_where_the
     assert beside.decode_beside_prefill == ((1, 0.004), (2, 0.005))
     batch = host_of("disaggregated", "disaggregated.yaml", "load-batch", host)
     assert batch == replace(beside, decode_beside_prefill=())  # load-batch leaves it out
-    # unasked, the default form (own-streams+mix): load-beside with the path's cores, here over
+    # unasked, own-streams+mix (NO_STEPS_HOST_FORM): load-beside with the path's cores, here over
     # the disaggregated path (no engine serves both phases, so the host's bursts all went
     # disaggregated), and the one decode engine's growth in loops of the mix
     record = {**cal, "host": {**host, "cpu_s_per_request": 0.01, "step_excess_mix": [[1, 0.002], [4, 0.005]]},
@@ -582,6 +583,38 @@ def test_the_top_up_form_draws_less_than_the_probes_and_other_forms_draw_as_give
         assert statistics.median(topped[key]) == pytest.approx(1.0)
         assert topped[key][0] >= values[0] and topped[key][-1] <= values[-1]
     assert topped != scatter
+
+
+def test_a_runs_scattered_config_is_its_base_config_with_the_runs_draws(cal, model_dir):
+    record = _own_streams_record(cal)
+    scatter = {"step_scatter_prefill": [0.7, 0.9, 1.0, 1.2, 2.0], "step_scatter_decode": [0.7, 0.9, 1.0, 1.2, 2.0]}
+    deployment, model = load("hybrid.yaml"), sf.step_model_from_calibration(cal)
+    work = rates_workload(6.0, 60, 16)
+    head = ("hybrid adaptive", deployment, record, model_dir)
+    # a form that scatters nothing is sim_config_for's config; a top-up form's carries run_scatter's draws
+    assert sf.scattered_config(*head, "own-streams+mix", model, work, scatter) == sf.sim_config_for(*head)
+    config = sf.scattered_config(*head, "scatter-top-up", model, work, scatter, scatter_seed=3)
+    topped = sf.run_scatter("scatter-top-up", scatter, *head, model, work)
+    host = build_cluster(config, "hybrid adaptive").host
+    assert host.step_scatter_prefill == tuple(topped["step_scatter_prefill"]) and host.scatter_seed == 3
+
+
+def test_the_default_form_scatters_where_the_sweep_saved_engine_steps_and_says_so_where_not(tmp_path, capsys):
+    saved, unsaved = tmp_path / "round_0" / "colocated", tmp_path / "round_1" / "colocated"
+    saved.mkdir(parents=True)
+    unsaved.mkdir(parents=True)
+    (saved / "engine_steps.json").write_text("{}")
+    assert sf.host_form_for("step-scatter", [unsaved], "tool") == "step-scatter"  # asked: as asked
+    assert sf.host_form_for(None, [saved], "tool") == sf.DEFAULT_HOST_FORM
+    assert capsys.readouterr().err == ""
+    assert sf.host_form_for(None, [saved, unsaved], "tool") == sf.NO_STEPS_HOST_FORM
+    err = capsys.readouterr().err
+    assert err.startswith(f"tool: host form {sf.NO_STEPS_HOST_FORM}, not the default") and str(unsaved) in err
+    assert sf.host_form_for(None, [], "tool") == sf.NO_STEPS_HOST_FORM
+    assert "no deployment folder" in capsys.readouterr().err
+    summary = {"round_dirs": ["round_0", "round_1"], "summaries": {"colocated": {}}, "systems": {"colocated": "c.yaml",
+                                                                                                "hybrid": "h.yaml"}}
+    assert sf.sweep_system_dirs(tmp_path / "summary.json", summary) == [saved, unsaved]  # hybrid never ran
 
 
 def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
