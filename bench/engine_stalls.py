@@ -80,6 +80,13 @@ class RunSteps(NamedTuple):
     busy_s: float
 
 
+def is_stall(time_s: float, predicted_s: float, ratio: float = DEFAULT_RATIO,
+             min_excess_s: float = DEFAULT_MIN_EXCESS_S) -> bool:
+    """Whether a step of `time_s` against its calibrated `predicted_s` stalled: at least `ratio`
+    times that and `min_excess_s` over it (`stall_words`)."""
+    return time_s >= ratio * predicted_s and time_s - predicted_s >= min_excess_s
+
+
 def find_stalls(steps: Iterable[Mapping[str, Any]], model: StepTimeModel, window: tuple[float, float],
                 context: int, ratio: float = DEFAULT_RATIO, min_excess_s: float = DEFAULT_MIN_EXCESS_S) -> RunSteps:
     """The stalls among `steps` (dicts with `worker`, `t`, `elapsed_s`, `num_prefill_tokens`,
@@ -96,7 +103,7 @@ def find_stalls(steps: Iterable[Mapping[str, Any]], model: StepTimeModel, window
         busy += s["elapsed_s"]
         predicted = model.predict(prefill_tokens=s["num_prefill_tokens"],
                                   decode_contexts=[context] * s["num_decode_reqs"])
-        if s["elapsed_s"] >= ratio * predicted and s["elapsed_s"] - predicted >= min_excess_s:
+        if is_stall(s["elapsed_s"], predicted, ratio, min_excess_s):
             stalls.append(Stall(str(s["worker"]), s["t"] - start, s["elapsed_s"], predicted,
                                 s["num_prefill_tokens"], s["num_decode_reqs"]))
     return RunSteps(stalls, count, prefills, busy)

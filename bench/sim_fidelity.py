@@ -354,7 +354,9 @@ MEASURED_SINCE = (
 # (seeds 23-27, 39-43), against 4 and 16 (the live rounds 34). own-streams+mix priced every figure
 # fast there (mean TPOT 23-45% low); the top-up's draws, skewed long, lengthen the steps' mean.
 # The default since stop 55. A sweep that saved no engine steps (before 2026-12-06) has nothing to
-# draw from: the tools simulate it under own-streams+mix (NO_STEPS_HOST_FORM), and say so.
+# draw from: the tools simulate it under own-streams+mix (NO_STEPS_HOST_FORM), and say so. Since stop
+# 56 the probe steps that stalled are the host's stalls, in seconds, not factors of its draws
+# (`bench.step_scatter`): runs 97-101, 99.75 of 144 pooled and 272.5 of 432 held out, against 97.25, 264.5.
 DEFAULT_HOST_FORM = "scatter-top-up"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
@@ -625,14 +627,15 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                    host_form: str = NO_STEPS_HOST_FORM, draw_seed: int = 0,
                    stalls: Mapping[str, Any] | None = None,
-                   scatter: Mapping[str, Sequence[float]] | None = None, scatter_seed: int = 0) -> SimConfig:
+                   scatter: Mapping[str, Any] | None = None, scatter_seed: int = 0) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
     with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it; by
     default the form that needs no scatter draws, which the command line's default takes).
     `draw_seed`: where a form draws (DRAW_FORMS), the seed of its draws. `stalls`: engine stalls
     as rare events (`bench.engine_stalls.stall_model`, with the run's own `stall_seed`).
-    `scatter`: where a form scatters the steps (SCATTER_FORMS), the probe steps' draws
-    (`bench.step_scatter.host_scatter`), drawn from `scatter_seed`.
+    `scatter`: where a form scatters the steps (SCATTER_FORMS), the probe steps' draws and stalls
+    (`bench.step_scatter.host_scatter`), drawn from `scatter_seed`; `stalls`, when given, replace
+    the probes' stalls.
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -675,7 +678,10 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         if not scatter:
             raise ValueError(f"{label}: host form {host_form!r} needs the probe steps' scatter (bench.step_scatter: "
                              f"the engine steps a sweep saved since 2026-12-06); none given")
-        host_spec.update({k: list(v) for k, v in scatter.items()}, scatter_seed=scatter_seed)
+        host_spec.update({k: list(v) if isinstance(v, (list, tuple)) else v for k, v in scatter.items()},
+                         scatter_seed=scatter_seed)
+        if "stall_excess_s" in scatter:  # the probes' stalls (bench.step_scatter), drawn from the run's seed too
+            host_spec["stall_seed"] = scatter_seed
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
             raise ValueError(f"{label}: host form {host_form!r} needs the path's CPU per streamed token "
@@ -688,7 +694,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              f"engines probed at once (the record's router_calibration, measured since "
                              f"2026-12-01); this record has {together.get('probed', 'none')!r}")
         host_spec["neighbour"] = {k: float(together[k]) for k in COEFFICIENTS}
-    if stalls:  # last: the forms above read an empty host_spec as a host not measured
+    if stalls:  # last: the forms above read an empty host_spec as a host not measured; and given, they
+        # replace the probes' stalls a scattering form took (a drawn stall is a stall either way)
         host_spec.update(stalls)
     slo = cfg.scheduler.slo
     return sim_config_from_dict({
@@ -721,10 +728,10 @@ def stretch_draws(cal: Mapping[str, Any]) -> dict[str, list[float]]:
     return draws
 
 
-def run_scatter(host_form: str, scatter: Mapping[str, Sequence[float]] | None, label: str,
+def run_scatter(host_form: str, scatter: Mapping[str, Any] | None, label: str,
                 deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str, step_model: StepTimeModel,
                 workload: Workload, draw_seed: int = 0,
-                stalls: Mapping[str, Any] | None = None) -> Mapping[str, Sequence[float]] | None:
+                stalls: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
     """The scatter draws one run of `host_form` takes: the probes' (`scatter`) as they are, or for a
     top-up form (TOP_UP_FORMS) only what they add to its base form's own scatter, measured on
     the same run simulated under that form first (`bench.step_scatter.top_up`)."""
@@ -741,7 +748,7 @@ def run_scatter(host_form: str, scatter: Mapping[str, Sequence[float]] | None, l
 
 def scattered_config(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                      host_form: str, step_model: StepTimeModel, workload: Workload,
-                     scatter: Mapping[str, Sequence[float]] | None = None, draw_seed: int = 0,
+                     scatter: Mapping[str, Any] | None = None, draw_seed: int = 0,
                      stalls: Mapping[str, Any] | None = None, scatter_seed: int = 0) -> SimConfig:
     """`sim_config_for` one run of `workload`, with the scatter draws `host_form` takes for it
     (`run_scatter`: a top-up form's measured on the same run simulated under its base form)."""
@@ -991,7 +998,7 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
                  sim_records: dict[tuple[str, float], list[RequestRecord]] | None = None,
                  speed: Mapping[tuple[str, float], float] | None = None,
                  draw_seed: int = 0, stalls: Mapping[str, Any] | None = None,
-                 scatter: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+                 scatter: Mapping[str, Mapping[str, Any]] | None = None,
                  seed_offset: int = 0) -> list[dict[str, Any]]:
     """Simulate every system of the live summary at every live rate; one row per (system, rate).
     Each system runs on its own deployment's measurements when the summary has them, else `cal`;

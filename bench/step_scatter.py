@@ -18,6 +18,16 @@ groups, those with MIN_GROUP_STEPS or more), is how far that step strayed from i
 median on this host that day: the scatter, with the medians (which the host model prices) taken
 out. The `step-scatter` host form draws every simulated step's factor from these, one set for
 steps with a prompt's chunk and one for decode-only steps; nothing of the run itself goes in.
+
+A probe step that stalled (`bench.engine_stalls.is_stall`: 3x its calibrated time and 0.3 s over)
+is left out of the scatter and kept as a stall instead: its seconds over the model, drawn as the
+host's rare stalls (`stall_per_prefill_step`: the probes' stalls per step that prefilled,
+`stall_excess_s`). A stall is the engine's process held off its core for a while, whatever the
+step computes; as a factor it would stretch with the step it lands on. Run 101 (stop 56): one
+probe step of 72 tokens took 0.55 s against 9 ms calibrated, a factor of 47 in the prefill set's
+top draws; drawn on a 0.25 s prefill it made an 11.7 s step, and a simulated round's p99 TTFT
+came out 14.2 s against 1.05 s live. Its probes' 13 stalls in 4,344 steps that prefilled (0.3%,
+0.30-0.75 s) as stalls instead: no round simulated over twice its live p99 TTFT (4 before).
 """
 from __future__ import annotations
 
@@ -27,12 +37,12 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from bench.engine_stalls import decode_context, saved_steps
-from bench.steps_beside import merge, window_ratios, worker_ratios
+from bench.engine_stalls import decode_context, is_stall, saved_steps, stall_words
+from bench.steps_beside import live_step_records, priced_steps, timed, worker_ratios
 from schedulers.step_time import StepTimeModel
 
 MIN_GROUP_STEPS = 20  # a group's median from fewer steps is itself too noisy to divide by
@@ -42,16 +52,38 @@ NUM_DRAWS = 201  # the quantiles kept of each set (0, 0.5%, ..., 100%): the simu
 # only shifts a group's ratios together.
 PROBE_CONTEXT = 256
 KINDS = ("prefill", "decode")
+SCATTER_PREFIX = "step_scatter_"  # the host's keys of a kind's draws (the rest of `host_scatter`: its stalls)
 
 
-def probe_ratios(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[float]], model: StepTimeModel,
-                 context: int = PROBE_CONTEXT) -> dict[tuple[str, str, str, str], list[float]]:
-    """`bench.steps_beside.window_ratios` of the saved engine steps (`bench.engine_stalls.saved_steps`)
-    that ended inside `windows` (each [start, end], wall clock): the probes' steps."""
+class ProbeSteps(NamedTuple):
+    """The probe steps of a deployment (or pooled): their ratios by group, stalls left out
+    (`bench.steps_beside` groups), how many of them prefilled, and each stall's seconds over its
+    calibrated time."""
+
+    groups: dict[tuple[str, str, str, str], list[float]]
+    prefill_steps: int
+    stall_excess_s: list[float]
+
+
+def probe_steps(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[float]], model: StepTimeModel,
+                context: int = PROBE_CONTEXT) -> ProbeSteps:
+    """The saved engine steps (`bench.engine_stalls.saved_steps`) that ended inside `windows`
+    (each [start, end], wall clock), the probes' steps: each over the calibrated model's time in
+    its `bench.steps_beside` group, but a stall (`is_stall`), whose seconds over the model are
+    kept apart."""
     groups: dict[tuple[str, str, str, str], list[float]] = {}
+    prefills, stalls = 0, []
+    roles = {s["worker"]: s["role"] for s in saved}
     for window in windows:
-        merge(groups, window_ratios(saved, (window[0], window[1]), model, context))
-    return groups
+        records = live_step_records(saved, (window[0], window[1]))
+        by_worker = {wid: timed([s for s in records if s.worker_id == wid], role) for wid, role in roles.items()}
+        for key, step, predicted_s in priced_steps(by_worker, model, context):
+            prefills += step.num_prefill_tokens > 0
+            if is_stall(step.time_s, predicted_s):
+                stalls.append(step.time_s - predicted_s)
+            else:
+                groups.setdefault(key, []).append(step.time_s / predicted_s)
+    return ProbeSteps(groups, prefills, stalls)
 
 
 def scatter_by_kind(groups: Mapping[tuple[str, str, str, str], Sequence[float]],
@@ -75,10 +107,21 @@ def draws(values: Sequence[float], num: int = NUM_DRAWS) -> list[float]:
     return [float(q) for q in np.quantile(values, np.linspace(0.0, 1.0, num))]
 
 
-def host_scatter(by_kind: Mapping[str, Sequence[float]]) -> dict[str, list[float]]:
+def host_scatter(by_kind: Mapping[str, Sequence[float]], prefill_steps: int = 0,
+                 stall_excess_s: Sequence[float] = ()) -> dict[str, Any]:
     """The host's `step_scatter_prefill` / `step_scatter_decode` from the pooled ratios; a kind
-    the probes never ran is left out (the host takes the other's for it)."""
-    return {f"step_scatter_{kind}": draws(values) for kind, values in by_kind.items() if values}
+    the probes never ran is left out (the host takes the other's for it). With the probes'
+    stalls (`ProbeSteps`), the host's `stall_per_prefill_step` and `stall_excess_s` as well;
+    none where no probe step stalled."""
+    out: dict[str, Any] = {f"step_scatter_{kind}": draws(values) for kind, values in by_kind.items() if values}
+    if stall_excess_s and prefill_steps > 0:
+        out.update(stall_per_prefill_step=len(stall_excess_s) / prefill_steps, stall_excess_s=sorted(stall_excess_s))
+    return out
+
+
+def probes_host(probes: ProbeSteps) -> dict[str, Any]:
+    """`host_scatter` of one set of probe steps."""
+    return host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps, probes.stall_excess_s)
 
 
 def spread(values: Sequence[float]) -> float | None:
@@ -107,10 +150,12 @@ def topped_up(values: Sequence[float], model_spread: float | None) -> list[float
     return [median * (v / median) ** scale for v in values]
 
 
-def top_up(scatter: Mapping[str, Sequence[float]], model_spread: Mapping[str, float | None]) -> dict[str, list[float]]:
+def top_up(scatter: Mapping[str, Any], model_spread: Mapping[str, float | None]) -> dict[str, Any]:
     """The host's scatter (`host_scatter`) topped up over a model that scatters by `model_spread`
-    (kind -> p90 over p50: `simulated_spread`), each kind by its own."""
-    return {key: topped_up(values, model_spread.get(key.removeprefix("step_scatter_")))
+    (kind -> p90 over p50: `simulated_spread`), each kind by its own; the stalls as they are
+    (the model has none)."""
+    return {key: (topped_up(values, model_spread.get(key.removeprefix(SCATTER_PREFIX)))
+                  if key.startswith(SCATTER_PREFIX) else values)
             for key, values in scatter.items()}
 
 
@@ -123,44 +168,46 @@ def simulated_spread(result: Any, roles: Mapping[str, str], model: StepTimeModel
     return {kind: spread(values) for kind, values in scatter_by_kind(groups, min_steps).items()}
 
 
-def deployment_groups(system_dir: Path, measured: Mapping[str, Any]) -> dict[tuple[str, str, str, str], list[float]]:
-    """The probe steps' groups of one deployment of a sweep: its saved engine steps inside the
-    window its measurements were taken in (`measured`, the summary's record), over its own
-    calibrated step model."""
+def deployment_probes(system_dir: Path, measured: Mapping[str, Any]) -> ProbeSteps:
+    """The probe steps (`probe_steps`) of one deployment of a sweep: its saved engine steps
+    inside the window its measurements were taken in (`measured`, the summary's record), over
+    its own calibrated step model."""
     saved = saved_steps(system_dir)
     if saved is None:
         raise FileNotFoundError(f"{system_dir} holds no engine steps (bench.compare saves them since 2026-12-06)")
-    return probe_groups(saved, measured, system_dir)
+    return measured_probes(saved, measured, system_dir)
 
 
-def probe_groups(saved: Sequence[Mapping[str, Any]], measured: Mapping[str, Any],
-                 where: Path) -> dict[tuple[str, str, str, str], list[float]]:
-    """`deployment_groups` of engine steps already read (`where`: their deployment's folder, for the error)."""
+def measured_probes(saved: Sequence[Mapping[str, Any]], measured: Mapping[str, Any], where: Path) -> ProbeSteps:
+    """`deployment_probes` of engine steps already read (`where`: their deployment's folder, for the error)."""
     from bench.sim_fidelity import step_model_from_calibration
 
     window = measured.get("window_s")
     if not window:
         raise ValueError(f"{where}: its measurements record no window (bench.compare records one since run 59)")
-    return probe_ratios(saved, [window], step_model_from_calibration(measured))
+    return probe_steps(saved, [window], step_model_from_calibration(measured))
 
 
 def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequence[Mapping[str, Mapping[str, Any]]],
-                  labels: Iterable[str], measurements: str) -> list[dict[str, dict[str, list[float]]]]:
-    """Per round, label -> the host's scatter draws (`host_scatter`), pooled as `measurements`
-    pools the rest: "own", the round's own deployment's probe steps; "pooled", the system's over
-    every round; "hardware", every deployment's of every round (the same host). `measured`: each
-    round's summary's `measured` (label -> record)."""
+                  labels: Iterable[str], measurements: str) -> list[dict[str, dict[str, Any]]]:
+    """Per round, label -> the host's scatter draws and stalls (`host_scatter`), pooled as
+    `measurements` pools the rest: "own", the round's own deployment's probe steps; "pooled", the
+    system's over every round; "hardware", every deployment's of every round (the same host).
+    `measured`: each round's summary's `measured` (label -> record)."""
     labels = list(labels)
-    by_deployment = {(k, label): scatter_by_kind(deployment_groups(rounds_path.parent / name / label,
-                                                                   measured[k][label]))
+    by_deployment = {(k, label): deployment_probes(rounds_path.parent / name / label, measured[k][label])
                      for k, name in enumerate(round_dirs) for label in labels if label in measured[k]}
 
-    def pooled(keys: Iterable[tuple[int, str]]) -> dict[str, list[float]]:
-        out: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    def pooled(keys: Iterable[tuple[int, str]]) -> dict[str, Any]:
+        ratios: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        prefills, stalls = 0, []
         for key in keys:
-            for kind in KINDS:
-                out[kind] += by_deployment[key][kind]
-        return host_scatter(out)
+            probes = by_deployment[key]
+            for kind, values in scatter_by_kind(probes.groups).items():
+                ratios[kind] += values
+            prefills += probes.prefill_steps
+            stalls += probes.stall_excess_s
+        return host_scatter(ratios, prefills, stalls)
 
     if measurements == "hardware":
         every = pooled(by_deployment)
@@ -192,22 +239,26 @@ def main(argv: list[str] | None = None) -> int:
                 measured = (summary.get("measured") or {}).get(label)
                 if measured is None:
                     continue
-                by_kind = scatter_by_kind(deployment_groups(args.live.parent / name / label, measured))
-                out[f"{name}/{label}"] = {kind: {"steps": len(v), "p90_over_p50": spread(v),
-                                                 "p99_over_p50": None if not v else float(np.quantile(v, 0.99)
-                                                                                          / np.median(v)),
-                                                 "mean": statistics.fmean(v) if v else None}
-                                          for kind, v in by_kind.items()}
-                rows.append((name, label, out[f"{name}/{label}"]))
+                probes = deployment_probes(args.live.parent / name / label, measured)
+                kinds = {kind: {"steps": len(v), "p90_over_p50": spread(v),
+                                "p99_over_p50": None if not v else float(np.quantile(v, 0.99) / np.median(v)),
+                                "mean": statistics.fmean(v) if v else None}
+                         for kind, v in scatter_by_kind(probes.groups).items()}
+                out[f"{name}/{label}"] = {**kinds, "prefill_steps": probes.prefill_steps,
+                                          "stall_excess_s": sorted(probes.stall_excess_s)}
+                rows.append((name, label, kinds, probes))
     except (FileNotFoundError, ValueError) as error:
         print(f"bench.step_scatter: {error}", file=sys.stderr)
         return 2
     print(f"\nThe probe steps before each run ({args.live}): each step's time over its group's median, "
-          f"by kind\n")
-    for name, label, kinds in rows:
+          f"by kind; the stalls apart (a step {stall_words()})\n")
+    for name, label, kinds, probes in rows:
+        stalls = ", ".join(f"{x:.2f}" for x in sorted(probes.stall_excess_s))
+        stalls = f"{stalls} s over" if stalls else "none"
         print(f"{name} {label}: " + "; ".join(
             f"{kind} {k['steps']} steps, p90/p50 {_x(k['p90_over_p50'])}, p99/p50 {_x(k['p99_over_p50'])}, "
-            f"mean {_x(k['mean'])}" for kind, k in kinds.items()))
+            f"mean {_x(k['mean'])}" for kind, k in kinds.items())
+            + f"; stalls in {probes.prefill_steps} steps that prefilled: {stalls}")
     if args.out is not None:
         args.out.write_text(json.dumps(out, indent=1))
         print(f"wrote {args.out}")

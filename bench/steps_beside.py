@@ -36,7 +36,7 @@ import math
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from bench.compare import rates_workload
 from bench.engine_stalls import decode_context, saved_steps
@@ -140,6 +140,15 @@ def step_ratios(by_worker: Mapping[str, Sequence[Timed]], model: StepTimeModel,
     """(role, step kind, neighbour state, decodes bucket) -> each step's time over the model's
     time for what it computed (the decodes priced at `context` tokens each)."""
     groups: dict[tuple[str, str, str, str], list[float]] = {}
+    for key, step, predicted_s in priced_steps(by_worker, model, context):
+        groups.setdefault(key, []).append(step.time_s / predicted_s)
+    return groups
+
+
+def priced_steps(by_worker: Mapping[str, Sequence[Timed]], model: StepTimeModel,
+                 context: int) -> Iterator[tuple[tuple[str, str, str, str], Timed, float]]:
+    """Each step with its group (`step_ratios`) and the model's time for what it computed; steps
+    of no time, or that the model prices at none, left out."""
     ordered = {wid: sorted(steps, key=lambda s: s.start_s) for wid, steps in by_worker.items()}
     for wid, steps in ordered.items():
         others = [s for other, s in ordered.items() if other != wid]
@@ -149,8 +158,7 @@ def step_ratios(by_worker: Mapping[str, Sequence[Timed]], model: StepTimeModel,
                 continue
             kind = "prefill" if step.num_prefill_tokens > 0 else "decode"
             key = (step.role, kind, neighbour_state(step, others), decode_bucket(step.num_decode_reqs))
-            groups.setdefault(key, []).append(step.time_s / predicted)
-    return groups
+            yield key, step, predicted
 
 
 def merge(into: dict[Any, list[float]], groups: Mapping[Any, list[float]]) -> None:
@@ -215,7 +223,7 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, calibration_for, deployment_of,
                                     live_run_shape, run_scatter, sim_config_for, step_model_from_calibration,
                                     systems_of)
-    from bench.step_scatter import host_scatter, probe_groups, scatter_by_kind
+    from bench.step_scatter import measured_probes, probes_host
 
     live = json.loads(live_path.read_text())
     systems = systems_of(live)
@@ -232,8 +240,7 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
         cal = calibration_for(summary, label, None)
         model = step_model_from_calibration(cal)
         # a scattering form draws from this deployment's own probe steps, as its other measurements are its own
-        scatter = (host_scatter(scatter_by_kind(probe_groups(saved, cal, system_dir)))
-                   if host_form in SCATTER_FORMS else None)
+        scatter = probes_host(measured_probes(saved, cal, system_dir)) if host_form in SCATTER_FORMS else None
         deployment, model_dir = deployment_of(summary, label, systems[label]), _default_model_dir()
         for rate in live["rates"]:
             records = [RequestRecord.from_dict(d) for d in

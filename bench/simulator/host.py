@@ -262,11 +262,18 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   99), its p99 TTFT 37-110% high at 7.24-10.3 req/s on run 99; colocated's p50 TTFT 10-29% high.
   Its seeds alone move it by 1-5 figures pooled and 4-6 held out per run (`bench.sim_fidelity
   --seeds 4`); averaged over four, 57.25 of 84 and 169.75 of 264 (own-streams+mix 51 and 149),
-  every seed ahead on both totals. Fresh, run 100 (3 systems, 2 rounds; engines calibrated faster than
-  run 99's, live figures about the same): 25.5 of 36 pooled and 41.25 of 72 held out over four seeds (23-27, 39-43), against
-  own-streams+mix's 4 and 16 (the live rounds 34). The default since stop 55; a sweep saved before
+  every seed ahead on both totals. Fresh, run 100 (3 systems, 2 rounds; engines calibrated faster
+  than run 99's, live figures about the same): 25.5 of 36 pooled and 41.25 of 72 held out over four
+  seeds (23-27, 39-43), against own-streams+mix's 4 and 16 (the live rounds 34). The default since stop 55; a sweep saved before
   2026-12-06 has no probe steps to draw from and is simulated under own-streams+mix, said so
   (`bench.sim_fidelity.host_form_for`).
+  Since stop 56 both scattering forms leave the probe steps that stalled (`bench.engine_stalls`'
+  rule: 3x calibrated and 0.3 s over) out of the draws and take them as this host's stalls
+  (`stall_per_prefill_step`, `stall_excess_s`: seconds added, not a factor). Run 101's top draw
+  for prefill steps was x47 (a 72-token step held 0.55 s): on a 0.25 s prefill it made an 11.7 s
+  step, and a simulated round's p99 TTFT came out 14.2 s against 1.05 s live. Runs 97-101 over
+  four seeds: 99.75 of 144 pooled and 272.5 of 432 held out, against 97.25 and 264.5; simulated
+  rounds with p99 TTFT over twice live's, 7 of 144 against 15 (seed +0).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

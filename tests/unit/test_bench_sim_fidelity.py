@@ -568,6 +568,13 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
         host_of(host_form="step-scatter")
     # the top-up form is the same host, its draws shrunk by the scatter its base form simulates
     assert host_of(host_form="scatter-top-up", scatter=scatter, scatter_seed=7) == drawn
+    # the probes' stalls come with their scatter, drawn from the run's seed; stalls given replace them
+    stalls = {"stall_per_prefill_step": 0.003, "stall_excess_s": [0.3, 0.5]}
+    stalling = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7)
+    assert stalling == replace(drawn, stall_per_prefill_step=0.003, stall_excess_s=(0.3, 0.5), stall_seed=7)
+    events = {"stall_per_prefill_step": 0.01, "stall_excess_s": [2.0], "stall_seed": 11}
+    given = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7, stalls=events)
+    assert given == replace(drawn, stall_per_prefill_step=0.01, stall_excess_s=(2.0,), stall_seed=11)
 
 
 def test_the_top_up_form_draws_less_than_the_probes_and_other_forms_draw_as_given(cal, model_dir):

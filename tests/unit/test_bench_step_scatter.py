@@ -10,8 +10,8 @@ import pytest
 
 from bench.simulator import simulate
 from bench.simulator.host import HostSpec
-from bench.step_scatter import (KINDS, draws, host_scatter, probe_ratios, scatter_by_kind, simulated_spread,
-                                spread, sweep_scatter, top_up, topped_up)
+from bench.step_scatter import (KINDS, draws, host_scatter, probe_steps, probes_host, scatter_by_kind,
+                                simulated_spread, spread, sweep_scatter, top_up, topped_up)
 from bench.workloads import RequestSpec, Workload
 from schedulers.policies import ColocatedPolicy
 
@@ -94,12 +94,47 @@ def _saved(t0: float) -> list[dict]:
 
 def test_only_the_steps_inside_the_measurement_window_count():
     saved = _saved(100.0) + _saved(200.0)
-    inside = probe_ratios(saved, [(99.0, 102.0)], MODEL)
-    assert sum(len(v) for v in inside.values()) == 100
-    by_kind = scatter_by_kind(inside)
+    inside = probe_steps(saved, [(99.0, 102.0)], MODEL)
+    assert sum(len(v) for v in inside.groups.values()) == 100
+    assert inside.prefill_steps == 0 and inside.stall_excess_s == []
+    by_kind = scatter_by_kind(inside.groups)
     assert by_kind["prefill"] == []
     assert sorted(by_kind["decode"])[-10:] == pytest.approx([2.0] * 10, rel=0.2)
     assert statistics.median(by_kind["decode"]) == pytest.approx(1.0)
+
+
+def test_a_probe_step_that_stalled_is_a_stall_in_seconds_not_a_factor_of_the_scatter():
+    # Run 101's probes: a 72-token prefill took 0.55 s against 9 ms calibrated. As a factor (x60
+    # here) it would stretch a 0.25 s prefill to 15 s; as a stall it adds its own seconds.
+    prefill_s = MODEL.predict(72)
+    steps = [{"worker": "both-0", "role": "both", "t": 100.0 + 0.1 * i, "elapsed_s": prefill_s,
+              "num_prefill_tokens": 72, "num_decode_reqs": 0} for i in range(39)]
+    stalled = 0.55 if prefill_s < 0.05 else 12 * prefill_s  # 3x and 0.3 s over: engine_stalls' rule
+    steps.append({"worker": "both-0", "role": "both", "t": 104.5, "elapsed_s": stalled, "num_prefill_tokens": 72,
+                  "num_decode_reqs": 0})
+    probes = probe_steps(steps, [(99.0, 105.0)], MODEL)
+    assert probes.prefill_steps == 40
+    assert probes.stall_excess_s == pytest.approx([stalled - prefill_s])
+    assert max(scatter_by_kind(probes.groups)["prefill"]) == pytest.approx(1.0)  # the stall is not in the draws
+    host = probes_host(probes)
+    assert host["stall_per_prefill_step"] == pytest.approx(1 / 40)
+    assert host["stall_excess_s"] == pytest.approx([stalled - prefill_s])
+    spec = HostSpec(num_cores=2, **{k: tuple(v) if isinstance(v, list) else v for k, v in host.items()})
+    assert spec.stalls and max(spec.step_scatter_prefill) == pytest.approx(1.0)
+    # a step twice its time is scatter, however long: not 0.3 s over
+    steps[-1] = {**steps[-1], "elapsed_s": 2 * prefill_s}
+    assert probe_steps(steps, [(99.0, 105.0)], MODEL).stall_excess_s == []
+    assert "stall_per_prefill_step" not in probes_host(probe_steps(steps, [(99.0, 105.0)], MODEL))
+
+
+def test_a_simulated_stall_adds_its_seconds_whatever_the_step():
+    # The same stall on a short and on a long prefill: the same seconds more, where a factor would scale
+    short = Workload("short", (RequestSpec("s", 0.0, 64, 2),))
+    long = Workload("long", (RequestSpec("l", 0.0, 1800, 2),))
+    always = replace(HOST, stall_per_prefill_step=0.999, stall_excess_s=(0.5,))
+    for work in (short, long):
+        plain, stalled = _serve(HOST, work), _serve(always, work)
+        assert stalled.records[0].ttft_s - plain.records[0].ttft_s == pytest.approx(0.5, rel=1e-6)
 
 
 def test_a_sweep_pools_the_scatter_as_the_measurements_are_pooled(tmp_path):
@@ -150,8 +185,10 @@ def test_a_top_up_draws_only_what_the_probes_scatter_beyond_the_model():
     median = statistics.median(probes)
     assert topped_up(probes, spread(probes) * 1.1) == pytest.approx([median] * len(probes))  # the model has it all
     assert topped_up(probes, None) == list(probes)
-    host = top_up({"step_scatter_prefill": probes, "step_scatter_decode": probes}, {"prefill": model, "decode": None})
-    assert host == {"step_scatter_prefill": topped, "step_scatter_decode": list(probes)}
+    host = top_up({"step_scatter_prefill": probes, "step_scatter_decode": probes, "stall_per_prefill_step": 0.01,
+                   "stall_excess_s": [0.4]}, {"prefill": model, "decode": None})
+    assert host == {"step_scatter_prefill": topped, "step_scatter_decode": list(probes),
+                    "stall_per_prefill_step": 0.01, "stall_excess_s": [0.4]}  # the model has no stalls to top up
 
 
 def test_a_simulations_own_scatter_is_measured_as_the_probes_is():
