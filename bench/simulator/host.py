@@ -264,9 +264,9 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   --seeds 4`); averaged over four, 57.25 of 84 and 169.75 of 264 (own-streams+mix 51 and 149),
   every seed ahead on both totals. Fresh, run 100 (3 systems, 2 rounds; engines calibrated faster
   than run 99's, live figures about the same): 25.5 of 36 pooled and 41.25 of 72 held out over four
-  seeds (23-27, 39-43), against own-streams+mix's 4 and 16 (the live rounds 34). The default since stop 55; a sweep saved before
-  2026-12-06 has no probe steps to draw from and is simulated under own-streams+mix, said so
-  (`bench.sim_fidelity.host_form_for`).
+  seeds (23-27, 39-43), against own-streams+mix's 4 and 16 (the live rounds 34). The default since
+  stop 55; a sweep saved before 2026-12-06 has no probe steps to draw from and is simulated under
+  own-streams+mix, said so (`bench.sim_fidelity.host_form_for`).
   Since stop 56 both scattering forms leave the probe steps that stalled (`bench.engine_stalls`'
   rule: 3x calibrated and 0.3 s over) out of the draws and take them as this host's stalls
   (`stall_per_prefill_step`, `stall_excess_s`: seconds added, not a factor). Run 101's top draw
