@@ -91,7 +91,7 @@ from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, 
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
-from bench.step_scatter import sweep_scatter
+from bench.step_scatter import STRETCH_KEY, sweep_scatter
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
 from bench.workloads import Workload
@@ -178,9 +178,15 @@ STRETCH_RULE_FORMS["step-scatter"] = STRETCH_OWN_STREAMS
 # own-streams+mix first) fall short of it (`bench.step_scatter.top_up`)
 HOST_FORMS["scatter-top-up"] = HOST_FORMS["own-streams+mix"]
 STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
+# scatter-top-up with the prefill's stretch beside another engine's decode steps read off the probe
+# steps (`bench.step_scatter.stretch_beside_decode`), not the load probe's TTFT ratio, where they give one
+HOST_FORMS["probe-stretch"] = HOST_FORMS["scatter-top-up"]
+STRETCH_RULE_FORMS["probe-stretch"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
-SCATTER_FORMS = ("step-scatter", "scatter-top-up")
-TOP_UP_FORMS = {"scatter-top-up": "own-streams+mix"}  # form -> the form whose simulated steps' scatter it tops up
+SCATTER_FORMS = ("step-scatter", "scatter-top-up", "probe-stretch")
+PROBE_STRETCH_FORMS = ("probe-stretch",)
+# form -> the form whose simulated steps' scatter it tops up
+TOP_UP_FORMS = {"scatter-top-up": "own-streams+mix", "probe-stretch": "own-streams+mix"}
 # The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
 NO_STEPS_HOST_FORM = "own-streams+mix"
 LENGTH_FORMS = ("length", "length-alone")
@@ -357,6 +363,10 @@ MEASURED_SINCE = (
 # draw from: the tools simulate it under own-streams+mix (NO_STEPS_HOST_FORM), and say so. Since stop
 # 56 the probe steps that stalled are the host's stalls, in seconds, not factors of its draws
 # (`bench.step_scatter`): runs 97-101, 99.75 of 144 pooled and 272.5 of 432 held out, against 97.25, 264.5.
+# Fresh, run 102 (rates_v105): 12.75 of 24 and 52.25 of 96, own-streams+mix 18 and 70 (the engines ran near
+# their calibration); run 103 (rates_v106): 10.25 and 17.5 of 48, own-streams+mix 9 and 21. probe-stretch
+# (stop 56) scored 125.25 of 168 and 357.5 of 528 on runs 97-102, where it was built, against 112.5 and
+# 324.75; on run 103, fresh, 10.5 and 17.75: not the default.
 DEFAULT_HOST_FORM = "scatter-top-up"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
@@ -678,8 +688,13 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         if not scatter:
             raise ValueError(f"{label}: host form {host_form!r} needs the probe steps' scatter (bench.step_scatter: "
                              f"the engine steps a sweep saved since 2026-12-06); none given")
+        scatter = dict(scatter)
+        stretch = scatter.pop(STRETCH_KEY, None)
         host_spec.update({k: list(v) if isinstance(v, (list, tuple)) else v for k, v in scatter.items()},
                          scatter_seed=scatter_seed)
+        if stretch is not None and host_form in PROBE_STRETCH_FORMS and host_spec.get("load_stretch"):
+            # the probe steps' stretch at every count the load probe measured (they pool every count)
+            host_spec["load_stretch"] = [[n, stretch] for n, _ in host_spec["load_stretch"]]
         if "stall_excess_s" in scatter:  # the probes' stalls (bench.step_scatter), drawn from the run's seed too
             host_spec["stall_seed"] = scatter_seed
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here

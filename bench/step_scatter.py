@@ -44,6 +44,7 @@ import numpy as np
 from bench.engine_stalls import decode_context, is_stall, saved_steps, stall_words
 from bench.steps_beside import live_step_records, priced_steps, timed, worker_ratios
 from schedulers.step_time import StepTimeModel
+from schedulers.types import ROLE_BOTH
 
 MIN_GROUP_STEPS = 20  # a group's median from fewer steps is itself too noisy to divide by
 NUM_DRAWS = 201  # the quantiles kept of each set (0, 0.5%, ..., 100%): the simulator's config stays small
@@ -53,6 +54,9 @@ NUM_DRAWS = 201  # the quantiles kept of each set (0, 0.5%, ..., 100%): the simu
 PROBE_CONTEXT = 256
 KINDS = ("prefill", "decode")
 SCATTER_PREFIX = "step_scatter_"  # the host's keys of a kind's draws (the rest of `host_scatter`: its stalls)
+# The prefill's stretch beside another engine's decode steps, read off the probe steps (`stretch_beside_decode`):
+# not a host key; the probe-stretch form sets the host's load stretch to it (`bench.sim_fidelity.sim_config_for`)
+STRETCH_KEY = "prefill_stretch_beside_decode"
 
 
 class ProbeSteps(NamedTuple):
@@ -120,8 +124,44 @@ def host_scatter(by_kind: Mapping[str, Sequence[float]], prefill_steps: int = 0,
 
 
 def probes_host(probes: ProbeSteps) -> dict[str, Any]:
-    """`host_scatter` of one set of probe steps."""
-    return host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps, probes.stall_excess_s)
+    """`host_scatter` of one set of probe steps, with their `stretch_beside_decode` where they give one."""
+    return with_stretch(host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps, probes.stall_excess_s),
+                        [probes.groups])
+
+
+def stretch_beside_decode(groups: Mapping[tuple[str, str, str, str], Sequence[float]],
+                          min_steps: int = MIN_GROUP_STEPS) -> float | None:
+    """How many times longer a prefill step ran on an engine that streams beside another engine's
+    decode-only steps than beside an idle engine with nothing of its own to decode: the probe
+    steps' median ratio over their calibrated time in the first case over the second's. None
+    where either has fewer than `min_steps` steps (hybrid: its engine that streams has no other
+    engine that decodes).
+
+    Why (stop 56): the host's load stretch is the load probe's TTFT beside streams over its TTFT
+    alone, and that TTFT holds besides the prefill the wait for the step running on its engine,
+    that engine's own streams' decodes in its step, and the path's own slowing; the simulator
+    prices each of those apart and then stretches the prefill by the whole ratio. On run 102
+    colocated's prefill steps beside a decoding engine ran x1.45-1.56 of their calibrated time
+    live and x1.75-2.10 simulated (load stretch x1.81); the probes' own steps gave x1.44."""
+    def pooled(others: str, decodes: set[str] | None) -> list[float]:
+        return [v for (role, kind, state, bucket), values in groups.items()
+                if role == ROLE_BOTH and kind == "prefill" and state == others
+                and (decodes is None or bucket in decodes) for v in values]
+    beside, idle = pooled("decode", None), pooled("idle", {"0"})
+    if len(beside) < min_steps or len(idle) < min_steps:
+        return None
+    return statistics.median(beside) / statistics.median(idle)
+
+
+def with_stretch(scatter: Mapping[str, Any], groups: Iterable[Mapping[tuple[str, str, str, str], Sequence[float]]]
+                 ) -> dict[str, Any]:
+    """`scatter` with the `stretch_beside_decode` of `groups` (pooled) under STRETCH_KEY, where they give one."""
+    merged: dict[tuple[str, str, str, str], list[float]] = {}
+    for g in groups:
+        for key, values in g.items():
+            merged.setdefault(key, []).extend(values)
+    stretch = stretch_beside_decode(merged)
+    return dict(scatter) if stretch is None else {**scatter, STRETCH_KEY: stretch}
 
 
 def spread(values: Sequence[float]) -> float | None:
@@ -209,14 +249,22 @@ def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequen
             stalls += probes.stall_excess_s
         return host_scatter(ratios, prefills, stalls)
 
+    def stretch(scatter: Mapping[str, Any], keys: Iterable[tuple[int, str]]) -> dict[str, Any]:
+        # a deployment's prefill stretch is its shape's: pooled over the system's own rounds, never wider
+        return with_stretch(scatter, [by_deployment[key].groups for key in keys])
+
+    def of_label(label: str) -> list[tuple[int, str]]:
+        return [k for k in by_deployment if k[1] == label]
+
     if measurements == "hardware":
         every = pooled(by_deployment)
-        return [{label: every for label in labels} for _ in round_dirs]
+        per_label = {label: stretch(every, of_label(label)) for label in labels}
+        return [dict(per_label) for _ in round_dirs]
     if measurements == "pooled":
-        per_label = {label: pooled(k for k in by_deployment if k[1] == label) for label in labels}
+        per_label = {label: stretch(pooled(of_label(label)), of_label(label)) for label in labels}
         return [dict(per_label) for _ in round_dirs]
     if measurements == "own":
-        return [{label: pooled([(k, label)]) for label in labels if (k, label) in by_deployment}
+        return [{label: stretch(pooled([(k, label)]), [(k, label)]) for label in labels if (k, label) in by_deployment}
                 for k in range(len(round_dirs))]
     raise ValueError(f"measurements must be own, pooled or hardware, got {measurements!r}")
 

@@ -274,6 +274,16 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   step, and a simulated round's p99 TTFT came out 14.2 s against 1.05 s live. Runs 97-101 over
   four seeds: 99.75 of 144 pooled and 272.5 of 432 held out, against 97.25 and 264.5; simulated
   rounds with p99 TTFT over twice live's, 7 of 144 against 15 (seed +0).
+- probe-stretch (`--host probe-stretch`; stop 56): scatter-top-up with the prefill's stretch beside
+  another engine's decode steps (`load_stretch`, every count) read off the probe steps: their
+  prefill steps on an engine that streams, beside a decode-only step, over those beside an idle
+  engine with none of their own to decode (`bench.step_scatter.stretch_beside_decode`, medians;
+  pooled over the system's rounds). Where the probes give none (hybrid: no engine that streams
+  has a decoding neighbour) the load probe's stands. The load probe's stretch is a TTFT ratio:
+  it holds the wait for the step running on its engine, that engine's own decodes in the step
+  and the path's slowing, each of which the simulator prices apart. On run 102 colocated's
+  prefill steps beside a decoding engine ran x1.45-1.56 of calibrated live and x1.75-2.10
+  simulated (load stretch x1.81); the probe steps give x1.34-1.49 on runs 97-102.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations

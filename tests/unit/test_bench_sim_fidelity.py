@@ -17,6 +17,7 @@ from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
 from bench.simulator.host import HostSpec
 from bench.simulator.specs import EngineSpec
+from bench.step_scatter import STRETCH_KEY
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
 from schedulers.candidates import decode_engines
 from schedulers.model_spec import ModelSpec
@@ -572,6 +573,12 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
     stalls = {"stall_per_prefill_step": 0.003, "stall_excess_s": [0.3, 0.5]}
     stalling = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7)
     assert stalling == replace(drawn, stall_per_prefill_step=0.003, stall_excess_s=(0.3, 0.5), stall_seed=7)
+    # the probe-stretch form takes the probe steps' stretch at every count the load probe measured;
+    # the other scattering forms leave the load probe's
+    stretched = host_of(host_form="probe-stretch", scatter={**scatter, STRETCH_KEY: 1.2}, scatter_seed=7)
+    assert stretched == replace(drawn, load_stretch=((1, 1.2),))
+    assert host_of(host_form="scatter-top-up", scatter={**scatter, STRETCH_KEY: 1.2}, scatter_seed=7) == drawn
+    assert host_of(host_form="probe-stretch", scatter=scatter, scatter_seed=7) == drawn  # none given: as measured
     events = {"stall_per_prefill_step": 0.01, "stall_excess_s": [2.0], "stall_seed": 11}
     given = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7, stalls=events)
     assert given == replace(drawn, stall_per_prefill_step=0.01, stall_excess_s=(2.0,), stall_seed=11)

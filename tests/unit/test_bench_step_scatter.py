@@ -10,8 +10,8 @@ import pytest
 
 from bench.simulator import simulate
 from bench.simulator.host import HostSpec
-from bench.step_scatter import (KINDS, draws, host_scatter, probe_steps, probes_host, scatter_by_kind,
-                                simulated_spread, spread, sweep_scatter, top_up, topped_up)
+from bench.step_scatter import (KINDS, STRETCH_KEY, draws, host_scatter, probe_steps, probes_host, scatter_by_kind,
+                                simulated_spread, spread, stretch_beside_decode, sweep_scatter, top_up, topped_up)
 from bench.workloads import RequestSpec, Workload
 from schedulers.policies import ColocatedPolicy
 
@@ -135,6 +135,19 @@ def test_a_simulated_stall_adds_its_seconds_whatever_the_step():
     for work in (short, long):
         plain, stalled = _serve(HOST, work), _serve(always, work)
         assert stalled.records[0].ttft_s - plain.records[0].ttft_s == pytest.approx(0.5, rel=1e-6)
+
+
+def test_the_prefill_stretch_beside_decode_steps_is_read_off_the_probe_steps_of_an_engine_that_streams():
+    both = {("both", "prefill", "idle", "0"): [1.1] * 25 + [1.3] * 5, ("both", "prefill", "idle", "1"): [9.0] * 30,
+            ("both", "prefill", "decode", "0"): [1.5] * 20, ("both", "prefill", "decode", "2-3"): [1.6] * 21,
+            ("prefill", "prefill", "decode", "0"): [5.0] * 50, ("both", "decode", "decode", "1"): [7.0] * 50}
+    # beside decode steps (any own decodes) over beside an idle engine with none of its own: 1.6 / 1.1;
+    # a prefill-only engine's steps, decode steps and steps with own decodes beside idle are not it
+    assert stretch_beside_decode(both) == pytest.approx(1.6 / 1.1)
+    hybrid = {k: v for k, v in both.items() if k[0] != "both" or k[2] != "decode"}
+    assert stretch_beside_decode(hybrid) is None  # no engine that streams had a decoding neighbour
+    assert stretch_beside_decode(both, min_steps=50) is None  # too few to take a median of
+    assert probes_host(probe_steps([], [(0.0, 1.0)], MODEL)) == {}
 
 
 def test_a_sweep_pools_the_scatter_as_the_measurements_are_pooled(tmp_path):
