@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from bench.engine_stalls import decode_context, is_stall, saved_steps, stall_words
-from bench.steps_beside import live_step_records, priced_steps, timed, worker_ratios
+from bench.steps_beside import live_step_records, merge, priced_steps, timed_by_worker, worker_ratios
 from schedulers.step_time import StepTimeModel
 from schedulers.types import ROLE_BOTH
 
@@ -79,9 +79,8 @@ def probe_steps(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[f
     prefills, stalls = 0, []
     roles = {s["worker"]: s["role"] for s in saved}
     for window in windows:
-        records = live_step_records(saved, (window[0], window[1]))
-        by_worker = {wid: timed([s for s in records if s.worker_id == wid], role) for wid, role in roles.items()}
-        for key, step, predicted_s in priced_steps(by_worker, model, context):
+        timed_steps = timed_by_worker(live_step_records(saved, (window[0], window[1])), roles)
+        for key, step, predicted_s in priced_steps(timed_steps, model, context):
             prefills += step.num_prefill_tokens > 0
             if is_stall(step.time_s, predicted_s):
                 stalls.append(step.time_s - predicted_s)
@@ -158,8 +157,7 @@ def with_stretch(scatter: Mapping[str, Any], groups: Iterable[Mapping[tuple[str,
     """`scatter` with the `stretch_beside_decode` of `groups` (pooled) under STRETCH_KEY, where they give one."""
     merged: dict[tuple[str, str, str, str], list[float]] = {}
     for g in groups:
-        for key, values in g.items():
-            merged.setdefault(key, []).extend(values)
+        merge(merged, g)
     stretch = stretch_beside_decode(merged)
     return dict(scatter) if stretch is None else {**scatter, STRETCH_KEY: stretch}
 

@@ -89,12 +89,16 @@ def live_step_records(saved: Iterable[Mapping[str, Any]], window: tuple[float, f
             for s in saved if start <= s["t"] <= end]
 
 
+def timed_by_worker(steps: Sequence[StepRecord], roles: Mapping[str, str]) -> dict[str, list[Timed]]:
+    """Engine steps, live or simulated, each engine's timed (`timed`) with its role (`roles`:
+    worker -> role)."""
+    return {wid: timed([s for s in steps if s.worker_id == wid], role) for wid, role in roles.items()}
+
+
 def worker_ratios(steps: Sequence[StepRecord], roles: Mapping[str, str], model: StepTimeModel,
                   context: int) -> dict[tuple[str, str, str, str], list[float]]:
-    """`step_ratios` of engine steps, live or simulated, each engine's timed (`timed`) with its
-    role (`roles`: worker -> role)."""
-    return step_ratios({wid: timed([s for s in steps if s.worker_id == wid], role) for wid, role in roles.items()},
-                       model, context)
+    """`step_ratios` of engine steps, live or simulated, timed by engine (`timed_by_worker`)."""
+    return step_ratios(timed_by_worker(steps, roles), model, context)
 
 
 def window_ratios(saved: Sequence[Mapping[str, Any]], window: tuple[float, float], model: StepTimeModel,
