@@ -91,7 +91,7 @@ from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, 
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
-from bench.step_scatter import STRETCH_KEY, sweep_scatter
+from bench.step_scatter import EXCESS_KEY, STRETCH_KEY, sweep_scatter
 from bench.token_gaps import CLASSES, QUIET_MAX_BATCH, classify_gaps, gap_summary, quiet_excess_by_batch
 from bench.ttft_split import live_engine_ttft, sim_engine_ttft, split_keys, split_summary
 from bench.workloads import Workload
@@ -182,11 +182,19 @@ STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
 # steps (`bench.step_scatter.stretch_beside_decode`), not the load probe's TTFT ratio, where they give one
 HOST_FORMS["probe-stretch"] = HOST_FORMS["scatter-top-up"]
 STRETCH_RULE_FORMS["probe-stretch"] = STRETCH_OWN_STREAMS
+# scatter-top-up with the lone stream's excess beside another engine's prefill read off the probe
+# steps (`bench.step_scatter.excess_beside_prefill`), not the bursts' excess beside its decode steps;
+# probe-steps: that and probe-stretch's stretch
+HOST_FORMS["probe-excess"] = HOST_FORMS["scatter-top-up"]
+STRETCH_RULE_FORMS["probe-excess"] = STRETCH_OWN_STREAMS
+HOST_FORMS["probe-steps"] = HOST_FORMS["scatter-top-up"]
+STRETCH_RULE_FORMS["probe-steps"] = STRETCH_OWN_STREAMS
 DRAW_FORMS = ("stretch-draws",)
-SCATTER_FORMS = ("step-scatter", "scatter-top-up", "probe-stretch")
-PROBE_STRETCH_FORMS = ("probe-stretch",)
+SCATTER_FORMS = ("step-scatter", "scatter-top-up", "probe-stretch", "probe-excess", "probe-steps")
+PROBE_STRETCH_FORMS = ("probe-stretch", "probe-steps")
+PROBE_EXCESS_FORMS = ("probe-excess", "probe-steps")
 # form -> the form whose simulated steps' scatter it tops up
-TOP_UP_FORMS = {"scatter-top-up": "own-streams+mix", "probe-stretch": "own-streams+mix"}
+TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", "probe-stretch", "probe-excess", "probe-steps")}
 # The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
 NO_STEPS_HOST_FORM = "own-streams+mix"
 LENGTH_FORMS = ("length", "length-alone")
@@ -367,7 +375,14 @@ MEASURED_SINCE = (
 # their calibration); run 103 (rates_v106): 10.25 and 17.5 of 48, own-streams+mix 9 and 21. probe-stretch
 # (stop 56) scored 125.25 of 168 and 357.5 of 528 on runs 97-102, where it was built, against 112.5 and
 # 324.75; on run 103, fresh, 10.5 and 17.75: not the default.
-DEFAULT_HOST_FORM = "scatter-top-up"
+# probe-steps (stop 57) is probe-stretch with the lone stream's excess beside another engine's prefill
+# read off the probe steps too (`bench.step_scatter.excess_beside_prefill`): the host priced those
+# decode steps at the bursts' excess beside a decode step, +4.6-8.7 ms where they ran +1.7-7.8 live.
+# Runs 97-103 over four seeds: 139.75 of 192 pooled and 381.5 of 624 held out (scatter-top-up 122.75,
+# 342.25; probe-stretch 137, 368.75; probe-excess alone 127.75, 356.75). Fresh, run 104 (rates_v107):
+# 12.75 of 24 and 21.75 of 48, against 10.25 and 19 (probe-stretch 13, 22.75; own-streams+mix 15 and
+# 27; the live rounds 19). The default since stop 57.
+DEFAULT_HOST_FORM = "probe-steps"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
 
@@ -690,11 +705,14 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
                              f"the engine steps a sweep saved since 2026-12-06); none given")
         scatter = dict(scatter)
         stretch = scatter.pop(STRETCH_KEY, None)
+        excess = scatter.pop(EXCESS_KEY, None)
         host_spec.update({k: list(v) if isinstance(v, (list, tuple)) else v for k, v in scatter.items()},
                          scatter_seed=scatter_seed)
         if stretch is not None and host_form in PROBE_STRETCH_FORMS and host_spec.get("load_stretch"):
             # the probe steps' stretch at every count the load probe measured (they pool every count)
             host_spec["load_stretch"] = [[n, stretch] for n, _ in host_spec["load_stretch"]]
+        if excess is not None and host_form in PROBE_EXCESS_FORMS:
+            host_spec["step_excess_beside_prefill_s"] = excess
         if "stall_excess_s" in scatter:  # the probes' stalls (bench.step_scatter), drawn from the run's seed too
             host_spec["stall_seed"] = scatter_seed
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here

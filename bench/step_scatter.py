@@ -57,16 +57,23 @@ SCATTER_PREFIX = "step_scatter_"  # the host's keys of a kind's draws (the rest 
 # The prefill's stretch beside another engine's decode steps, read off the probe steps (`stretch_beside_decode`):
 # not a host key; the probe-stretch form sets the host's load stretch to it (`bench.sim_fidelity.sim_config_for`)
 STRETCH_KEY = "prefill_stretch_beside_decode"
+# The lone stream's excess beside another engine's prefill, read off the probe steps (`excess_beside_prefill`):
+# not a host key; the probe-excess forms set the host's step_excess_beside_prefill_s to it
+EXCESS_KEY = "decode_excess_beside_prefill_s"
+# The probe steps that give it: a one-stream decode-only step on an engine of both roles, the others prefilling
+EXCESS_GROUP = (ROLE_BOTH, "decode", "prefill", "1")
 
 
 class ProbeSteps(NamedTuple):
     """The probe steps of a deployment (or pooled): their ratios by group, stalls left out
-    (`bench.steps_beside` groups), how many of them prefilled, and each stall's seconds over its
-    calibrated time."""
+    (`bench.steps_beside` groups), how many of them prefilled, each stall's seconds over its
+    calibrated time, and the seconds over it of the steps in EXCESS_GROUP where every engine of
+    the deployment has both roles (else none: `excess_beside_prefill`)."""
 
     groups: dict[tuple[str, str, str, str], list[float]]
     prefill_steps: int
     stall_excess_s: list[float]
+    excess_beside_prefill_s: Sequence[float] = ()
 
 
 def probe_steps(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[float]], model: StepTimeModel,
@@ -74,19 +81,23 @@ def probe_steps(saved: Sequence[Mapping[str, Any]], windows: Iterable[Sequence[f
     """The saved engine steps (`bench.engine_stalls.saved_steps`) that ended inside `windows`
     (each [start, end], wall clock), the probes' steps: each over the calibrated model's time in
     its `bench.steps_beside` group, but a stall (`is_stall`), whose seconds over the model are
-    kept apart."""
+    kept apart; and where every engine has both roles, the seconds over it of the steps in
+    EXCESS_GROUP."""
     groups: dict[tuple[str, str, str, str], list[float]] = {}
-    prefills, stalls = 0, []
+    prefills, stalls, excess = 0, [], []
     roles = {s["worker"]: s["role"] for s in saved}
+    all_both = all(role == ROLE_BOTH for role in roles.values())
     for window in windows:
         timed_steps = timed_by_worker(live_step_records(saved, (window[0], window[1])), roles)
         for key, step, predicted_s in priced_steps(timed_steps, model, context):
             prefills += step.num_prefill_tokens > 0
             if is_stall(step.time_s, predicted_s):
                 stalls.append(step.time_s - predicted_s)
-            else:
-                groups.setdefault(key, []).append(step.time_s / predicted_s)
-    return ProbeSteps(groups, prefills, stalls)
+                continue
+            groups.setdefault(key, []).append(step.time_s / predicted_s)
+            if all_both and key == EXCESS_GROUP:
+                excess.append(step.time_s - predicted_s)
+    return ProbeSteps(groups, prefills, stalls, excess)
 
 
 def scatter_by_kind(groups: Mapping[tuple[str, str, str, str], Sequence[float]],
@@ -124,8 +135,8 @@ def host_scatter(by_kind: Mapping[str, Sequence[float]], prefill_steps: int = 0,
 
 def probes_host(probes: ProbeSteps) -> dict[str, Any]:
     """`host_scatter` of one set of probe steps, with their `stretch_beside_decode` where they give one."""
-    return with_stretch(host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps, probes.stall_excess_s),
-                        [probes.groups])
+    return with_probe_medians(host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps,
+                                           probes.stall_excess_s), [probes])
 
 
 def stretch_beside_decode(groups: Mapping[tuple[str, str, str, str], Sequence[float]],
@@ -152,14 +163,34 @@ def stretch_beside_decode(groups: Mapping[tuple[str, str, str, str], Sequence[fl
     return statistics.median(beside) / statistics.median(idle)
 
 
-def with_stretch(scatter: Mapping[str, Any], groups: Iterable[Mapping[tuple[str, str, str, str], Sequence[float]]]
-                 ) -> dict[str, Any]:
-    """`scatter` with the `stretch_beside_decode` of `groups` (pooled) under STRETCH_KEY, where they give one."""
+def excess_beside_prefill(values: Sequence[float], min_steps: int = MIN_GROUP_STEPS) -> float | None:
+    """The lone stream's excess beside another engine's prefill: the median seconds over their
+    calibrated time of the probe steps in EXCESS_GROUP (`ProbeSteps.excess_beside_prefill_s`); None
+    from fewer than `min_steps` (hybrid: its engine that streams prefills beside a prefill-only
+    engine, whose cost the host prices apart, `decode_beside_prefill`).
+
+    Why (stop 57): the host prices a step with another engine at work at the bursts' excess with
+    one stream per engine, both decoding (`step_excess_1_s`); a neighbour in a prefill step does
+    its host work once per 100-400 ms step. On runs 97-103 colocated's one-stream decode steps ran
+    +1.7-7.8 ms over their model beside a prefill (the run's own steps, medians per round) and
+    +3.8-10.0 beside a decode step; the probe steps beside a prefill gave +1.6-6.0, where the
+    simulator took +4.6-8.7."""
+    return statistics.median(values) if len(values) >= min_steps else None
+
+
+def with_probe_medians(scatter: Mapping[str, Any], probes: Iterable[ProbeSteps]) -> dict[str, Any]:
+    """`scatter` with what `probes` (pooled) give of the `stretch_beside_decode` (under
+    STRETCH_KEY) and the `excess_beside_prefill` (under EXCESS_KEY), where they give it."""
     merged: dict[tuple[str, str, str, str], list[float]] = {}
-    for g in groups:
-        merge(merged, g)
-    stretch = stretch_beside_decode(merged)
-    return dict(scatter) if stretch is None else {**scatter, STRETCH_KEY: stretch}
+    excess: list[float] = []
+    for p in probes:
+        merge(merged, p.groups)
+        excess += p.excess_beside_prefill_s
+    out = dict(scatter)
+    for key, value in ((STRETCH_KEY, stretch_beside_decode(merged)), (EXCESS_KEY, excess_beside_prefill(excess))):
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def spread(values: Sequence[float]) -> float | None:
@@ -248,8 +279,8 @@ def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequen
         return host_scatter(ratios, prefills, stalls)
 
     def stretch(scatter: Mapping[str, Any], keys: Iterable[tuple[int, str]]) -> dict[str, Any]:
-        # a deployment's prefill stretch is its shape's: pooled over the system's own rounds, never wider
-        return with_stretch(scatter, [by_deployment[key].groups for key in keys])
+        # a deployment's stretch and excess are its shape's: pooled over the system's own rounds, never wider
+        return with_probe_medians(scatter, [by_deployment[key] for key in keys])
 
     def of_label(label: str) -> list[tuple[int, str]]:
         return [k for k in by_deployment if k[1] == label]
@@ -291,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "mean": statistics.fmean(v) if v else None}
                          for kind, v in scatter_by_kind(probes.groups).items()}
                 out[f"{name}/{label}"] = {**kinds, "prefill_steps": probes.prefill_steps,
-                                          "stall_excess_s": sorted(probes.stall_excess_s)}
+                                          "stall_excess_s": sorted(probes.stall_excess_s),
+                                          EXCESS_KEY: excess_beside_prefill(probes.excess_beside_prefill_s)}
                 rows.append((name, label, kinds, probes))
     except (FileNotFoundError, ValueError) as error:
         print(f"bench.step_scatter: {error}", file=sys.stderr)
@@ -304,11 +336,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} {label}: " + "; ".join(
             f"{kind} {k['steps']} steps, p90/p50 {_x(k['p90_over_p50'])}, p99/p50 {_x(k['p99_over_p50'])}, "
             f"mean {_x(k['mean'])}" for kind, k in kinds.items())
-            + f"; stalls in {probes.prefill_steps} steps that prefilled: {stalls}")
+            + f"; stalls in {probes.prefill_steps} steps that prefilled: {stalls}"
+            + _excess_words(probes.excess_beside_prefill_s))
     if args.out is not None:
         args.out.write_text(json.dumps(out, indent=1))
         print(f"wrote {args.out}")
     return 0
+
+
+def _excess_words(values: Sequence[float]) -> str:
+    excess = excess_beside_prefill(values)
+    return "" if excess is None else (f"; a lone stream's decode step beside another engine's prefill "
+                                      f"{excess * 1e3:+.1f} ms over its model ({len(values)} steps)")
 
 
 def _x(value: float | None) -> str:

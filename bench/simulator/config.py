@@ -155,6 +155,8 @@ class HostConfig(_Strict):
     # the lone stream's excess with every other engine idle past the spin window / within it
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
+    # the lone stream's excess while every other engine at work is in a prefill step (host.py)
+    step_excess_beside_prefill_s: float | None = None
     # when a prefill takes the load's factor: streams, prefill-only-busy or decode-neighbour (host.py)
     stretch_rule: str = STRETCH_STREAMS
     # under decode-neighbour: a prefill's factor beside another engine's prefill (host.py)

@@ -264,8 +264,8 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   --seeds 4`); averaged over four, 57.25 of 84 and 169.75 of 264 (own-streams+mix 51 and 149),
   every seed ahead on both totals. Fresh, run 100 (3 systems, 2 rounds; engines calibrated faster
   than run 99's, live figures about the same): 25.5 of 36 pooled and 41.25 of 72 held out over four
-  seeds (23-27, 39-43), against own-streams+mix's 4 and 16 (the live rounds 34). The default since
-  stop 55; a sweep saved before 2026-12-06 has no probe steps to draw from and is simulated under
+  seeds (23-27, 39-43), against own-streams+mix's 4 and 16 (the live rounds 34). The default in
+  stops 55-56; a sweep saved before 2026-12-06 has no probe steps to draw from and is simulated under
   own-streams+mix, said so (`bench.sim_fidelity.host_form_for`).
   Since stop 56 both scattering forms leave the probe steps that stalled (`bench.engine_stalls`'
   rule: 3x calibrated and 0.3 s over) out of the draws and take them as this host's stalls
@@ -284,6 +284,20 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   and the path's slowing, each of which the simulator prices apart. On run 102 colocated's
   prefill steps beside a decoding engine ran x1.45-1.56 of calibrated live and x1.75-2.10
   simulated (load stretch x1.81); the probe steps give x1.34-1.49 on runs 97-102.
+- probe-excess and probe-steps (`--host probe-excess`, `--host probe-steps`; stop 57):
+  scatter-top-up, and probe-stretch, with the lone stream's excess while every other engine at
+  work is in a prefill step, none of them prefill-only (`step_excess_beside_prefill_s`), read off
+  the probe steps (`bench.step_scatter.excess_beside_prefill`: their one-stream decode-only steps
+  on such an engine, median seconds over the model, pooled over the system's rounds). The other
+  forms price such a step at the bursts' excess with one stream per engine, both decoding
+  (`step_excess_1_s`): a neighbour in a prefill step does its host work once per 100-400 ms step,
+  and colocated's one-stream decode steps beside one ran +1.7-7.8 ms over their model on runs
+  97-103 (medians per round), beside a decode step +3.8-10.0; the probe steps beside a prefill gave
+  +1.6-6.0 where the simulator took +4.6-8.7. On run 103 colocated's mean TPOT came out 31-47% high
+  under probe-excess, 56-73% under scatter-top-up. Runs 97-103, four seeds: probe-steps 139.75 of
+  192 pooled and 381.5 of 624 held out (scatter-top-up 122.75 and 342.25, probe-stretch 137 and
+  368.75, probe-excess 127.75 and 356.75); fresh on run 104, 12.75 of 24 and 21.75 of 48 (10.25,
+  19). probe-steps is the default since stop 57.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -330,6 +344,9 @@ class HostSpec:
     request path (`path_factor`). `step_excess_quiet_s` / `step_excess_spin_s`: the lone
     stream's excess with every other engine idle for longer than `SPIN_WINDOW_S` / with one
     idle but stepped within it; each, when set, replaces `step_excess_alone_s` in its case.
+    `step_excess_beside_prefill_s`: the lone stream's excess while every other engine at work is
+    in a prefill step, none of them prefill-only (`bench.step_scatter.excess_beside_prefill`);
+    when set, it replaces `step_excess_1_s` in that case.
     `stretch_rule`: when a prefill step takes the load's factor (STRETCH_RULES; the simulator
     decides when): whenever requests stream on the host (STRETCH_STREAMS), as that and with
     `load_stretch_beside` on an engine that streams while a prefill-only engine computes beside
@@ -381,6 +398,7 @@ class HostSpec:
     path_cores: float = 0.0
     step_excess_quiet_s: float | None = None
     step_excess_spin_s: float | None = None
+    step_excess_beside_prefill_s: float | None = None
     stretch_rule: str = STRETCH_STREAMS
     stretch_beside_prefill: float = 1.0
     step_excess_mix: tuple[tuple[int, float], ...] = ()
@@ -582,15 +600,21 @@ class HostSpec:
         return 1.0 + num_paths * self.path_cores / self.num_cores
 
     def step_delay_s(self, num_busy_engines: int, num_streamed_tokens: int, engine_s: float = 0.0,
-                     neighbour_spinning: bool = False) -> float:
+                     neighbour_spinning: bool = False, beside_prefill: bool = False) -> float:
         """What a step of `engine_s` streaming `num_streamed_tokens` takes beyond its engine time,
         with `num_busy_engines` computing (its own included); `neighbour_spinning`: another
-        engine, idle now, stepped within the last SPIN_WINDOW_S."""
+        engine, idle now, stepped within the last SPIN_WINDOW_S; `beside_prefill`: every other
+        engine at work is in a prefill step, none of them prefill-only."""
         if not self.is_modelled or num_streamed_tokens <= 0:
             return 0.0
         if self.step_excess_1_s is not None and self.step_excess_2_s is not None:
             one = self.step_excess_1_s
-            if num_busy_engines <= 1:
+            if num_busy_engines > 1 and beside_prefill and self.step_excess_beside_prefill_s is not None:
+                # a neighbour in a prefill step does its host work once per 100-400 ms step, not
+                # once per decode step: colocated's decode steps beside one ran +1.7-7.8 ms over
+                # their model on runs 97-103, beside a decode step +3.8-10.0 (bench.step_scatter)
+                one = self.step_excess_beside_prefill_s
+            elif num_busy_engines <= 1:
                 lone = self.step_excess_spin_s if neighbour_spinning else self.step_excess_quiet_s
                 if lone is None:
                     lone = self.step_excess_alone_s

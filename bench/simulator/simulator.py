@@ -249,7 +249,8 @@ class Simulator:
                     self._quantile[worker_id] = self._draws.random()
                 factor = self._prefill_factor(worker_id, self._num_streams(plan), plan) if plan.chunks else 1.0
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens, plan.duration_s * factor,
-                                            self._neighbour_spinning(worker_id, now_s))
+                                            self._neighbour_spinning(worker_id, now_s),
+                                            self._neighbours_prefilling(worker_id))
                 if plan.decodes and self._incoming.get(worker_id):
                     delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):
@@ -306,6 +307,12 @@ class Simulator:
         """Whether another worker's last step ended within SPIN_WINDOW_S of `now_s`."""
         return any(now_s - end_s <= SPIN_WINDOW_S for wid, end_s in self._last_step_end_s.items()
                    if wid != worker_id)
+
+    def _neighbours_prefilling(self, worker_id: str) -> bool:
+        """Whether every other worker at work is in a prefill step, and none of them is
+        prefill-only (what a decode step beside one loses is `host.beside_prefill_s`)."""
+        others = [(wid, w.current) for wid, w in self.workers.items() if wid != worker_id and w.current is not None]
+        return bool(others) and all(step.chunks and not self._is_prefill_only(wid) for wid, step in others)
 
     def _prefill_only_prefilling(self, worker_id: str) -> bool:
         """Whether a prefill-only engine other than `worker_id` is in a prefill step now."""

@@ -17,7 +17,7 @@ from bench.metrics import summarize
 from bench.simulator import build_cluster, build_policy
 from bench.simulator.host import HostSpec
 from bench.simulator.specs import EngineSpec
-from bench.step_scatter import STRETCH_KEY
+from bench.step_scatter import EXCESS_KEY, STRETCH_KEY
 from pd_serve.default_model import LLAMA_CONFIG, VOCAB_SIZE
 from schedulers.candidates import decode_engines
 from schedulers.model_spec import ModelSpec
@@ -579,6 +579,15 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
     assert stretched == replace(drawn, load_stretch=((1, 1.2),))
     assert host_of(host_form="scatter-top-up", scatter={**scatter, STRETCH_KEY: 1.2}, scatter_seed=7) == drawn
     assert host_of(host_form="probe-stretch", scatter=scatter, scatter_seed=7) == drawn  # none given: as measured
+    # the probe-excess forms take the probe steps' excess beside another engine's prefill, probe-steps
+    # the stretch as well; the others leave the bursts' excess
+    probed = {**scatter, STRETCH_KEY: 1.2, EXCESS_KEY: 0.0007}
+    assert host_of(host_form="probe-excess", scatter=probed, scatter_seed=7) == replace(
+        drawn, step_excess_beside_prefill_s=0.0007)
+    assert host_of(host_form="probe-steps", scatter=probed, scatter_seed=7) == replace(
+        drawn, load_stretch=((1, 1.2),), step_excess_beside_prefill_s=0.0007)
+    assert host_of(host_form="scatter-top-up", scatter=probed, scatter_seed=7) == drawn
+    assert host_of(host_form="probe-stretch", scatter=probed, scatter_seed=7) == stretched
     events = {"stall_per_prefill_step": 0.01, "stall_excess_s": [2.0], "stall_seed": 11}
     given = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7, stalls=events)
     assert given == replace(drawn, stall_per_prefill_step=0.01, stall_excess_s=(2.0,), stall_seed=11)
