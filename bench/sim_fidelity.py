@@ -378,10 +378,11 @@ MEASURED_SINCE = (
 # probe-steps (stop 57) is probe-stretch with the lone stream's excess beside another engine's prefill
 # read off the probe steps too (`bench.step_scatter.excess_beside_prefill`): the host priced those
 # decode steps at the bursts' excess beside a decode step, +4.6-8.7 ms where they ran +1.7-7.8 live.
-# Runs 97-103 over four seeds: 139.75 of 192 pooled and 381.5 of 624 held out (scatter-top-up 122.75,
+# Runs 97-103 over four seeds: 139.75 of 192 pooled and 381.5 of 576 held out (scatter-top-up 122.75,
 # 342.25; probe-stretch 137, 368.75; probe-excess alone 127.75, 356.75). Fresh, run 104 (rates_v107):
 # 12.75 of 24 and 21.75 of 48, against 10.25 and 19 (probe-stretch 13, 22.75; own-streams+mix 15 and
-# 27; the live rounds 19). The default since stop 57.
+# 27; the live rounds 19); run 105 (rates_v108): 15.75 and 26.75, against 14 and 23.75 (own-streams+mix 10
+# and 21; the live rounds 24). The default since stop 57.
 DEFAULT_HOST_FORM = "probe-steps"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)

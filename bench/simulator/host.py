@@ -295,9 +295,9 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   97-103 (medians per round), beside a decode step +3.8-10.0; the probe steps beside a prefill gave
   +1.6-6.0 where the simulator took +4.6-8.7. On run 103 colocated's mean TPOT came out 31-47% high
   under probe-excess, 56-73% under scatter-top-up. Runs 97-103, four seeds: probe-steps 139.75 of
-  192 pooled and 381.5 of 624 held out (scatter-top-up 122.75 and 342.25, probe-stretch 137 and
+  192 pooled and 381.5 of 576 held out (scatter-top-up 122.75 and 342.25, probe-stretch 137 and
   368.75, probe-excess 127.75 and 356.75); fresh on run 104, 12.75 of 24 and 21.75 of 48 (10.25,
-  19). probe-steps is the default since stop 57.
+  19), on run 105 15.75 and 26.75 (14, 23.75). probe-steps is the default since stop 57.
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
