@@ -178,23 +178,20 @@ STRETCH_RULE_FORMS["step-scatter"] = STRETCH_OWN_STREAMS
 # own-streams+mix first) fall short of it (`bench.step_scatter.top_up`)
 HOST_FORMS["scatter-top-up"] = HOST_FORMS["own-streams+mix"]
 STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
-# scatter-top-up with the prefill's stretch beside another engine's decode steps read off the probe
-# steps (`bench.step_scatter.stretch_beside_decode`), not the load probe's TTFT ratio, where they give one
-HOST_FORMS["probe-stretch"] = HOST_FORMS["scatter-top-up"]
-STRETCH_RULE_FORMS["probe-stretch"] = STRETCH_OWN_STREAMS
-# scatter-top-up with the lone stream's excess beside another engine's prefill read off the probe
-# steps (`bench.step_scatter.excess_beside_prefill`), not the bursts' excess beside its decode steps;
-# probe-steps: that and probe-stretch's stretch
-HOST_FORMS["probe-excess"] = HOST_FORMS["scatter-top-up"]
-STRETCH_RULE_FORMS["probe-excess"] = STRETCH_OWN_STREAMS
-HOST_FORMS["probe-steps"] = HOST_FORMS["scatter-top-up"]
-STRETCH_RULE_FORMS["probe-steps"] = STRETCH_OWN_STREAMS
-DRAW_FORMS = ("stretch-draws",)
-SCATTER_FORMS = ("step-scatter", "scatter-top-up", "probe-stretch", "probe-excess", "probe-steps")
+# scatter-top-up with medians read off the same probe steps (`bench.step_scatter.with_probe_medians`),
+# where they give them: probe-stretch the prefill's stretch beside another engine's decode steps
+# (`stretch_beside_decode`), not the load probe's TTFT ratio; probe-excess the lone stream's excess beside
+# another engine's prefill (`excess_beside_prefill`), not the bursts' excess beside its decode steps;
+# probe-steps both
 PROBE_STRETCH_FORMS = ("probe-stretch", "probe-steps")
 PROBE_EXCESS_FORMS = ("probe-excess", "probe-steps")
+PROBE_FORMS = ("probe-stretch", "probe-excess", "probe-steps")
+HOST_FORMS.update({form: HOST_FORMS["scatter-top-up"] for form in PROBE_FORMS})
+STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_FORMS})
+DRAW_FORMS = ("stretch-draws",)
+SCATTER_FORMS = ("step-scatter", "scatter-top-up", *PROBE_FORMS)
 # form -> the form whose simulated steps' scatter it tops up
-TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", "probe-stretch", "probe-excess", "probe-steps")}
+TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", *PROBE_FORMS)}
 # The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
 NO_STEPS_HOST_FORM = "own-streams+mix"
 LENGTH_FORMS = ("length", "length-alone")

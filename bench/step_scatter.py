@@ -134,7 +134,7 @@ def host_scatter(by_kind: Mapping[str, Sequence[float]], prefill_steps: int = 0,
 
 
 def probes_host(probes: ProbeSteps) -> dict[str, Any]:
-    """`host_scatter` of one set of probe steps, with their `stretch_beside_decode` where they give one."""
+    """`host_scatter` of one set of probe steps, with the medians they give (`with_probe_medians`)."""
     return with_probe_medians(host_scatter(scatter_by_kind(probes.groups), probes.prefill_steps,
                                            probes.stall_excess_s), [probes])
 
@@ -278,7 +278,7 @@ def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequen
             stalls += probes.stall_excess_s
         return host_scatter(ratios, prefills, stalls)
 
-    def stretch(scatter: Mapping[str, Any], keys: Iterable[tuple[int, str]]) -> dict[str, Any]:
+    def medians(scatter: Mapping[str, Any], keys: Iterable[tuple[int, str]]) -> dict[str, Any]:
         # a deployment's stretch and excess are its shape's: pooled over the system's own rounds, never wider
         return with_probe_medians(scatter, [by_deployment[key] for key in keys])
 
@@ -287,13 +287,13 @@ def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequen
 
     if measurements == "hardware":
         every = pooled(by_deployment)
-        per_label = {label: stretch(every, of_label(label)) for label in labels}
+        per_label = {label: medians(every, of_label(label)) for label in labels}
         return [dict(per_label) for _ in round_dirs]
     if measurements == "pooled":
-        per_label = {label: stretch(pooled(of_label(label)), of_label(label)) for label in labels}
+        per_label = {label: medians(pooled(of_label(label)), of_label(label)) for label in labels}
         return [dict(per_label) for _ in round_dirs]
     if measurements == "own":
-        return [{label: stretch(pooled([(k, label)]), [(k, label)]) for label in labels if (k, label) in by_deployment}
+        return [{label: medians(pooled([(k, label)]), [(k, label)]) for label in labels if (k, label) in by_deployment}
                 for k in range(len(round_dirs))]
     raise ValueError(f"measurements must be own, pooled or hardware, got {measurements!r}")
 
