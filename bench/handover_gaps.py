@@ -22,7 +22,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 
 from bench.host_load import split_window

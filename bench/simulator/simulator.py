@@ -250,7 +250,8 @@ class Simulator:
                 factor = self._prefill_factor(worker_id, self._num_streams(plan), plan) if plan.chunks else 1.0
                 delay_s = host.step_delay_s(num_busy, plan.num_streamed_tokens, plan.duration_s * factor,
                                             self._neighbour_spinning(worker_id, now_s),
-                                            self._neighbours_prefilling(worker_id))
+                                            host.step_excess_beside_prefill_s is not None
+                                            and self._neighbours_prefilling(worker_id))
                 if plan.decodes and self._incoming.get(worker_id):
                     delay_s += host.beside_handover_s(len(plan.decodes))
                 if plan.decodes and self._prefill_only_prefilling(worker_id):

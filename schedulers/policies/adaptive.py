@@ -51,17 +51,34 @@ def _lost_key(p: RoutePrediction) -> tuple:
     return (p.through_stall,) + _decoder_time_key(p)
 
 
+# Which rule picks between two routes that both miss (`miss_rule`); bench.route_choices reports by it
+MISS_LOST = "lost both ways"  # both past lost_ttft_ratio x SLO: the one that costs the others less
+MISS_BY_VIOLATION = "by violation"  # one misses by more than the tolerance: the other
+MISS_TIE = "about as much"  # within the tolerance: the one taking less from decode-capable workers
+MISS_RULES = (MISS_LOST, MISS_BY_VIOLATION, MISS_TIE)
+
+
+def miss_rule(violations: tuple[float, float], lost: tuple[bool, bool], tolerance: float) -> str:
+    """The rule that chooses between two routes that both miss their SLOs (MISS_RULES), from
+    their violations and whether each is lost to goodput (`_is_lost`)."""
+    if all(lost):
+        return MISS_LOST
+    lo, hi = sorted(violations)
+    return MISS_BY_VIOLATION if hi > lo * (1 + tolerance) else MISS_TIE
+
+
 def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
                   lost_ttft_ratio: float) -> RoutePrediction:
     if a.meets_slo != b.meets_slo:
         return a if a.meets_slo else b
     if a.meets_slo:
         return min(a, b, key=_worker_time_key)
-    if _is_lost(a, lost_ttft_ratio) and _is_lost(b, lost_ttft_ratio):
+    rule = miss_rule((a.violation, b.violation), (_is_lost(a, lost_ttft_ratio), _is_lost(b, lost_ttft_ratio)),
+                     tolerance)
+    if rule == MISS_LOST:
         return min(a, b, key=_lost_key)
-    lo, hi = sorted((a, b), key=lambda p: p.violation)
-    if hi.violation > lo.violation * (1 + tolerance):
-        return lo
+    if rule == MISS_BY_VIOLATION:
+        return min(a, b, key=lambda p: p.violation)
     return min(a, b, key=_decoder_time_key)
 
 
