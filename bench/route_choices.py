@@ -21,7 +21,7 @@ Measured on runs 104-106 (hybrid, stop 58): short prompts predicted to miss both
 much went disaggregated, by the rule, and met their TTFT SLO 22-39% of the time (130-137 of them
 per sweep); those predicted to miss less colocated went there and met it 51-58% of the time,
 taking 0.69-0.76 of the colocated prediction. Predicted at 0.3-0.5 s, the colocated route took
-0.79-0.82 of it (its engine part 0.77-0.80); the disaggregated route at 0.3-1 s 1.07-1.11.
+0.79-0.82 of it (its engine part 0.77-0.80); the disaggregated route at 0.3-1 s 1.01-1.13.
 """
 from __future__ import annotations
 
