@@ -35,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from bench.prediction_split import load_system
 from pd_serve.report import format_table
-from schedulers.policies.adaptive import MISS_RULES, AdaptivePolicy, miss_rule
+from schedulers.policies.adaptive import MISS_RULES, AdaptivePolicy, lost_to_goodput, miss_rule
 from schedulers.slo import SloTable
 from schedulers.types import ROUTE_COLOCATED, ROUTE_DISAGGREGATED
 
@@ -73,7 +73,7 @@ class Rules:
         if min(violations) <= 1.0:
             return None
         slo_s = self.slo.ttft_slo_s(entry["num_prompt_tokens"])
-        lost = tuple(p[f"{r}.ttft_s"] / slo_s > self.lost_ratio for r in ROUTES)
+        lost = tuple(lost_to_goodput(p[f"{r}.ttft_s"], slo_s, self.lost_ratio) for r in ROUTES)
         return miss_rule(violations, lost, self.tolerance)  # type: ignore[arg-type]
 
 
@@ -81,11 +81,21 @@ def bucket(num_prompt_tokens: int) -> str:
     return next(name for name, top in BUCKETS if top is None or num_prompt_tokens <= top)
 
 
+def _band(seconds: float) -> int:
+    """The index in PREDICTED_EDGES_S of the band's lower edge holding `seconds` (below 0: the first)."""
+    return max(0, sum(seconds >= edge for edge in PREDICTED_EDGES_S) - 1)
+
+
+def _band_label(band: int) -> str:
+    lower = PREDICTED_EDGES_S[band]
+    if band + 1 == len(PREDICTED_EDGES_S):
+        return f"{lower:g}+ s"
+    return f"{lower:g}-{PREDICTED_EDGES_S[band + 1]:g} s"
+
+
 def predicted_band(seconds: float) -> str:
     """The band of PREDICTED_EDGES_S holding `seconds` ("0.2-0.3 s", "1+ s")."""
-    lower = max(e for e in PREDICTED_EDGES_S if e <= seconds) if seconds >= 0 else 0.0
-    upper = [e for e in PREDICTED_EDGES_S if e > lower]
-    return f"{lower:g}-{upper[0]:g} s" if upper else f"{lower:g}+ s"
+    return _band_label(_band(seconds))
 
 
 def _median(values: Sequence[float], fmt: str) -> str:
@@ -99,15 +109,14 @@ def calibration_rows(entries: Iterable[Mapping[str, Any]]) -> list[list[Any]]:
     for e in entries:
         predicted = e["predicted"].get(f"{e['route']}.ttft_s")
         if predicted and predicted > 0 and e["ttft_s"] > 0:
-            band = sum(predicted >= edge for edge in PREDICTED_EDGES_S)
-            groups.setdefault((e["route"], band), []).append(e)
+            groups.setdefault((e["route"], _band(predicted)), []).append(e)
     rows = []
     for (route, band), group in sorted(groups.items()):
         pred = [e["predicted"][f"{route}.ttft_s"] for e in group]
         actual = [e["ttft_s"] for e in group]
         engine = [e["engine_s"]["decode"] / (e["predicted"][f"{route}.queue_s"] + e["predicted"][f"{route}.prefill_s"])
                   for e in group if route == ROUTE_COLOCATED and (e.get("engine_s") or {}).get("decode") is not None]
-        rows.append([route, predicted_band(PREDICTED_EDGES_S[band - 1]), len(group),
+        rows.append([route, _band_label(band), len(group),
                      _median([p * 1e3 for p in pred], ".0f"), _median([a * 1e3 for a in actual], ".0f"),
                      _median([a / p for a, p in zip(actual, pred)], ".2f"), _median(engine, ".2f")])
     return rows

@@ -12,9 +12,13 @@ from schedulers.types import (ROUTE_COLOCATED, ROUTE_DISAGGREGATED, ClusterView,
                               LinkEstimate, NoCandidateError, RequestInfo)
 
 
+def lost_to_goodput(ttft_s: float, ttft_slo_s: float, lost_ttft_ratio: float) -> bool:
+    """A predicted TTFT past `lost_ttft_ratio` times its SLO: the request is lost to goodput there."""
+    return ttft_s / ttft_slo_s > lost_ttft_ratio
+
+
 def _is_lost(p: RoutePrediction, lost_ttft_ratio: float) -> bool:
-    """Its predicted TTFT is past `lost_ttft_ratio` times its SLO: lost to goodput there."""
-    return p.ttft_s / p.ttft_slo_s > lost_ttft_ratio
+    return lost_to_goodput(p.ttft_s, p.ttft_slo_s, lost_ttft_ratio)
 
 
 MEETING_ORDERS = ("ttft", "load")
