@@ -23,6 +23,7 @@ from typing import Any, AsyncIterator
 from pd_serve.config import EngineConfig
 from pd_serve.gc_pauses import GcPauses
 from pd_serve.loop_stalls import LoopStalls
+from pd_serve.nixl_peers import QUALNAME as NIXL_PEERS
 from pd_serve.output_streams import Outbox, Running
 from pd_serve.prompts import random_prompt
 from transfer.probe_host import AsyncProbeHost
@@ -87,6 +88,8 @@ def _engine_args(spec: WorkerSpec, kv_transfer_config: dict | None):
         enable_logging_iteration_details=True,  # per-step timings for calibration and load
         seed=0,
     )
+    if kv_transfer_config is not None:
+        kwargs["worker_extension_cls"] = NIXL_PEERS  # Worker.nixl_peers() asks the engine through it
     if e.long_prefill_token_threshold:
         kwargs["long_prefill_token_threshold"] = e.long_prefill_token_threshold
     if spec.device == "gpu":
@@ -333,6 +336,11 @@ class EngineWorker(AsyncProbeHost):
                     num_inflight=self.num_inflight,
                     num_queued_prefill_tokens=self.num_queued_prefill_tokens)
         return snap
+
+    async def nixl_peers(self) -> list[str]:
+        """The engine ids this engine has done a NIXL handshake with (nixl_peers.py), sorted."""
+        ranks = await self.engine.collective_rpc("nixl_peer_engines")
+        return sorted({eid for peers in ranks for eid in peers})
 
     async def steps(self, since_t: float = 0.0) -> list[dict]:
         """Per-step timings from the engine (token counts and elapsed seconds)."""

@@ -49,13 +49,16 @@ def hybrid():
     semaphores_before = set(Path("/dev/shm").glob("sem.mp-*"))
     dep = deploy("configs/hybrid.yaml")
     dep.semaphores_before = semaphores_before
-    # The very first request after deploy() returns, measured before anything else touches the
-    # deployment, then the steady state on prompts of the same length.
+    # The very first request after deploy() returns, before anything else touches the
+    # deployment, then three more of the same length; and the NIXL peers the decode engine had
+    # handshaken with before and after them.
+    peers_before = ray.get(dep.workers["both-0"].nixl_peers.remote())
     first = dep.generate(prompt_token_ids=distinct_prompt(HANDSHAKE_PROMPT_TOKENS, 1000),
                          max_tokens=2, route="disaggregated")
     steady = [dep.generate(prompt_token_ids=distinct_prompt(HANDSHAKE_PROMPT_TOKENS, 1001 + i),
                            max_tokens=2, route="disaggregated") for i in range(3)]
-    dep.startup_probe = (first, steady)
+    peers_after = ray.get(dep.workers["both-0"].nixl_peers.remote())
+    dep.startup_probe = (first, steady, peers_before, peers_after)
     yield dep
     dep.shutdown()
 
@@ -85,11 +88,20 @@ def test_the_link_probe_left_no_ucx_in_the_serving_processes(hybrid):
         assert not loaded, (wid, sorted(loaded))
 
 
-def test_first_disaggregated_request_is_not_slowed_by_a_handshake(hybrid):
-    first, steady = hybrid.startup_probe
+def test_first_disaggregated_request_pays_no_handshake(hybrid):
+    """deploy()'s warm-up (`Router.warm_handshakes`) did the NIXL handshake, so the first user
+    request has none to pay: the decode engine had already loaded the prefill engine's agent
+    before it, and did no other handshake since. Asked of the engine itself (nixl_peers.py), not
+    timed: until stop 59 this test bounded the first request's TTFT at 1.5x the next three's
+    median, and a clean clone failed it once in three (1.08 s against 0.15 s) on a host stall,
+    which looks the same as a handshake (74-189 ms here, the demo's warm-ups) but bigger."""
+    first, steady, before, after = hybrid.startup_probe
     assert first.route == "disaggregated" and first.kv_transfer_bytes > 0
-    median = statistics.median(r.ttft_s for r in steady)
-    assert first.ttft_s <= 1.5 * median, (first.ttft_s, [r.ttft_s for r in steady])
+    assert all(r.route == "disaggregated" and r.kv_transfer_bytes > 0 for r in steady)
+    assert set(hybrid.handshake_s) == {"prefill-0->both-0"} and hybrid.handshake_s["prefill-0->both-0"] > 0
+    prefill = hybrid.infos["prefill-0"].engine_id
+    assert before == after == [prefill], (before, after, prefill, "TTFT s: first, then the next three",
+                                          first.ttft_s, [r.ttft_s for r in steady])
 
 
 @pytest.mark.parametrize("num_tokens", [1500, 4000])
