@@ -228,9 +228,11 @@ class Router:
 
     def view(self) -> ClusterView:
         workers = []
+        now = time.time()
         for wid, info in self.infos.items():
             load = self.loads.get(wid) or {}
             num_running, speed = self._running_and_speed(wid)
+            head_tokens, head_elapsed_s = self.prefill_queues.head(wid, now)
             workers.append(WorkerView(
                 worker_id=wid, role=info.role, is_healthy=self.healthy[wid],
                 num_running=num_running, num_waiting=int(load.get("num_waiting", 0)),
@@ -239,7 +241,8 @@ class Router:
                 num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid),
                 max_model_len=info.max_model_len, speed_factor=speed,
                 decode_slack_s=self._decode_slack_s(wid, num_running, speed),
-                stall_s=self._stall_s(wid, num_running, speed), slot_wait_s=self._slot_wait_s(wid, speed)))
+                stall_s=self._stall_s(wid, num_running, speed), slot_wait_s=self._slot_wait_s(wid, speed),
+                queue_head_tokens=head_tokens, queue_head_elapsed_s=head_elapsed_s))
         any_geo = next(iter(self.geometry.values()))
         links = {pair: LinkEstimate(m.alpha_s, m.beta_bytes_per_s)
                  for pair in self.links.pairs() for m in [self.links.get(*pair)]}
@@ -533,6 +536,7 @@ class Router:
                     give_up=give_up):
                 self.last_output_s[pid] = time.time()
                 if last is None:
+                    self.prefill_queues.prefilled(pid, rid, self.last_output_s[pid])  # its one token: done
                     self._note_start(rid, pid, t_call, item)
                 last = item
         except GaveUp as why:  # aborted there; a prefill it finished meanwhile is freed by abort_timeout_s
@@ -596,7 +600,7 @@ class Router:
                 now = time.time()
                 if first:
                     first = False
-                    self.prefill_queues.prefilled(wid, rid)  # nothing queued when its KV came in
+                    self.prefill_queues.prefilled(wid, rid, now)  # nothing queued when its KV came in
                     self._note_start(rid, wid, t_call, item)
                     if engine_s is not None:
                         engine_s["decode"] = item.get("engine_ttft_s")

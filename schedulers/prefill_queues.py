@@ -10,6 +10,13 @@ config at 64 req/s it made the adaptive policy's TTFT p90 205 ms against 152 and
 38.4 req/s against 41.3. Under load, decodes take part of each step's token budget, so the
 engine works through a queue slower than the prefill-only chunks the credit assumes; counting
 the whole queue errs the other way, and routed better.
+
+What the engine has done of the prompt at the head of the queue is credited since stop 59
+(`head`, `RoutePredictor.queue_s`): at most that one prompt's own steps, for the time since it
+could start (sent, and the prompt before it prefilled). Live, counting it whole put the queue
+wait of hybrid's queued colocated prompts at 1.4-1.7x what it was (runs 105-107: engine time
+0.70-0.80 of its prediction for prompts up to 512 tokens, the prefill-only worker's 0.75-0.85):
+a prompt arrives on average halfway through the one being prefilled.
 """
 from __future__ import annotations
 
@@ -20,14 +27,30 @@ class PrefillQueues:
     def __init__(self) -> None:
         # per worker: request key -> (prompt tokens, when it was sent)
         self._prompts: dict[str, dict[str, tuple[int, float]]] = collections.defaultdict(dict)
+        # per worker: when a prompt's prefill on it last ended (the caller's clock)
+        self._last_done_s: dict[str, float] = {}
 
     def sent(self, worker_id: str, key: str, num_tokens: int, sent_s: float = 0.0) -> None:
         """A prompt of `num_tokens` to prefill went to `worker_id` at `sent_s` (the caller's clock)."""
         self._prompts[worker_id][key] = (num_tokens, sent_s)
 
-    def prefilled(self, worker_id: str, key: str) -> None:
-        """Its prefill ended (first token or KV ready) or it failed; a second call does nothing."""
-        self._prompts[worker_id].pop(key, None)
+    def prefilled(self, worker_id: str, key: str, done_s: float | None = None) -> None:
+        """Its prefill ended (first token or KV ready) at `done_s`, or it failed (no time: it says
+        nothing of the engine's progress); a second call does nothing."""
+        if self._prompts[worker_id].pop(key, None) is not None and done_s is not None:
+            self._last_done_s[worker_id] = max(done_s, self._last_done_s.get(worker_id, done_s))
+
+    def head(self, worker_id: str, now_s: float) -> tuple[int, float]:
+        """(tokens, seconds) of the prompt the engine is working on first, the oldest sent to
+        `worker_id` (vLLM serves its prompts first come, first served), and how long it has had:
+        since it was sent, or since the prompt before it was prefilled if that was later. (0, 0.0)
+        with none queued."""
+        queued = self._prompts[worker_id].values()
+        if not queued:
+            return 0, 0.0
+        num_tokens, sent_s = min(queued, key=lambda p: p[1])
+        started_s = max(sent_s, self._last_done_s.get(worker_id, sent_s))
+        return num_tokens, max(0.0, now_s - started_s)
 
     def has(self, worker_id: str, key: str) -> bool:
         return key in self._prompts[worker_id]

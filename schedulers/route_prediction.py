@@ -3,7 +3,9 @@
 For a worker W that prefills the request (chunks of `chunk_tokens`, alongside the decodes
 running on W, each assumed at `decode_context_tokens` of context):
 
-    queue_s    = sum of the step times that prefill W's queued prompt tokens
+    queue_s    = sum of the step times that prefill W's queued prompt tokens, less what the engine
+                 has done of the one at their head: the time it has had it, at most that prompt's
+                 own steps (WorkerView.queue_head_*; `credit_queue_head`, since stop 59)
     prefill_s  = sum of the step times of the request's own chunks
     itl_s      = the longest of those steps: the inter-token gap W's running decodes see
                  (0 when nothing decodes on W)
@@ -168,6 +170,7 @@ class RoutePredictor:
     step_model: StepTimeModel
     chunk_tokens: int = 2048
     decode_context_tokens: int = 1024
+    credit_queue_head: bool = True
 
     def decode_contexts(self, worker: WorkerView) -> list[int]:
         """Contexts of the requests decoding on `worker` (none on a prefill-only worker)."""
@@ -182,8 +185,12 @@ class RoutePredictor:
     def queue_s(self, worker: WorkerView) -> float:
         """Seconds until `worker` has prefilled the prompts queued on it, and sat out its stall
         (taken to last as long again as it has: schedulers/stall.py)."""
-        return (self.prefill_queue_s(worker.num_queued_prefill_tokens, len(self.decode_contexts(worker)),
-                                     worker.speed_factor) + worker.stall_s)
+        num_decodes = len(self.decode_contexts(worker))
+        queue_s = self.prefill_queue_s(worker.num_queued_prefill_tokens, num_decodes, worker.speed_factor)
+        if self.credit_queue_head and worker.queue_head_tokens:
+            head_s = self.prefill_queue_s(worker.queue_head_tokens, num_decodes, worker.speed_factor)
+            queue_s -= min(worker.queue_head_elapsed_s, head_s)
+        return max(0.0, queue_s) + worker.stall_s
 
     def prefill_queue_s(self, num_tokens: int, num_decodes: int, speed_factor: float = 1.0) -> float:
         """Seconds of the steps that prefill `num_tokens` queued prompt tokens beside `num_decodes`

@@ -70,6 +70,10 @@ class WorkerView:
     # (schedulers/decode_slots.py): 0 while a slot is free. A prompt's prefill and a shipped-in
     # request's KV read both start only then.
     slot_wait_s: float = 0.0
+    # The prompt at the head of the queue above, and for how long the engine has had it
+    # (schedulers/prefill_queues.py: `head`): its part already done comes off the queue's wait.
+    queue_head_tokens: int = 0
+    queue_head_elapsed_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -80,6 +84,10 @@ class WorkerView:
             raise ValueError(f"worker {self.worker_id!r}: stall_s must be >= 0, got {self.stall_s}")
         if not self.slot_wait_s >= 0:
             raise ValueError(f"worker {self.worker_id!r}: slot_wait_s must be >= 0, got {self.slot_wait_s}")
+        if not 0 <= self.queue_head_tokens <= self.num_queued_prefill_tokens or not self.queue_head_elapsed_s >= 0:
+            raise ValueError(f"worker {self.worker_id!r}: the queue's head ({self.queue_head_tokens} tokens, "
+                             f"{self.queue_head_elapsed_s} s) must be within its {self.num_queued_prefill_tokens} "
+                             f"queued tokens, its time >= 0")
         if self.decode_slack_s is not None and not self.decode_slack_s >= 0:
             raise ValueError(f"worker {self.worker_id!r}: decode_slack_s must be >= 0 or None, "
                              f"got {self.decode_slack_s}")

@@ -100,8 +100,10 @@ class SimRouter:
             num_queued_prefill_tokens=self.prefill_queues.num_tokens(wid), speed_factor=speed,
             decode_slack_s=self._decode_slack_s(w, now_s, speed, decoding), stall_s=self._stall_s(wid, now_s, speed),
             slot_wait_s=worker_slot_wait_s(w.spec.role, decoding, self.num_inflight[wid], w.engine.max_num_seqs,
-                                           self.predictor, speed))
-            for wid, w in self.workers.items() for speed, decoding in [(self.speed(wid), self._decoding(w))])
+                                           self.predictor, speed),
+            queue_head_tokens=head[0], queue_head_elapsed_s=head[1])
+            for wid, w in self.workers.items()
+            for speed, decoding, head in [(self.speed(wid), self._decoding(w), self.prefill_queues.head(wid, now_s))])
         return ClusterView(workers, self.links, self.kv_bytes_per_token)
 
     def _decoding(self, worker: SimWorker) -> list[DecodeProgress]:
@@ -238,7 +240,7 @@ class SimRouter:
 
     def prefilled(self, worker_id: str, request_id: str, now_s: float) -> None:
         """The prompt's prefill is done on `worker_id`: the feedback learns its queue + compute."""
-        self.prefill_queues.prefilled(worker_id, request_id)
+        self.prefill_queues.prefilled(worker_id, request_id, now_s)
         start_s = self._prefill_start_s.pop(request_id, None)
         at_decision = self._at_decision.pop(request_id, None)
         if start_s is not None and at_decision is not None:

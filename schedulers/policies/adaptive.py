@@ -143,6 +143,7 @@ class AdaptivePolicy:
     violation_tolerance: float = 0.1
     lost_ttft_ratio: float = 2.0
     meeting_order: str = "ttft"
+    credit_queue_head: bool = True  # RoutePredictor's: a queue's wait less what its head has had
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -172,7 +173,8 @@ class AdaptivePolicy:
         return self.slo_table.for_request(request)
 
     def _predictor(self) -> RoutePredictor:
-        return RoutePredictor(self.step_model, self.chunk_tokens, self.decode_context_tokens)
+        return RoutePredictor(self.step_model, self.chunk_tokens, self.decode_context_tokens,
+                              self.credit_queue_head)
 
     def _colocated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
         workers = serving(view, COLOCATED_ROLES, request)

@@ -306,6 +306,22 @@ def test_the_simulated_view_carries_the_running_requests_tpot_slack():
     assert late_view.decode_slack_s == pytest.approx(expected)
 
 
+def test_the_simulated_view_carries_the_prompt_at_the_head_of_a_queue_and_how_long_it_has_had():
+    # "a" (4,000 tokens) is prefilling when "b" arrives 1 ms later, and both still are when "c"
+    # does: the view of each names "a" at the head, had since it was sent, as the live router's.
+    policy = RecordingPolicy()
+    workload = Workload("three", (RequestSpec("a", 0.0, 4000, 2), RequestSpec("b", 0.001, 100, 2),
+                                  RequestSpec("c", 0.002, 100, 2)))
+    result = simulate(workload, cluster({"both": 1}), policy)
+    assert result.records[0].ttft_s > 0.002, "the first prompt must still be prefilling when the last arrives"
+    first, second, third = (view.workers[0] for _, view in policy.calls)
+    assert (first.queue_head_tokens, first.queue_head_elapsed_s) == (0, 0.0)
+    assert (second.num_queued_prefill_tokens, second.queue_head_tokens) == (4000, 4000)
+    assert second.queue_head_elapsed_s == pytest.approx(0.001)
+    assert (third.num_queued_prefill_tokens, third.queue_head_tokens) == (4100, 4000)
+    assert third.queue_head_elapsed_s == pytest.approx(0.002)
+
+
 def test_the_simulated_view_prices_the_wait_for_a_running_slot_as_live():
     # Two slots: two requests decode (20 and 60 tokens); a third arriving at 0.08 s finds both
     # slots taken and waits for the nearer finish, at the model's full-batch decode step.

@@ -83,3 +83,58 @@ def test_the_path_estimate_is_the_recent_median_so_one_stall_does_not_move_it():
     assert m.value == 0.02 and m.count == 5
     with pytest.raises(ValueError):
         RecentMedian(window=0)
+
+
+def test_the_queue_head_is_the_oldest_prompt_and_its_time_runs_from_when_it_could_start():
+    q = PrefillQueues()
+    assert q.head("w", 5.0) == (0, 0.0)
+    q.sent("w", "a", 1000, 10.0)
+    q.sent("w", "b", 500, 10.5)
+    assert q.head("w", 10.25) == (1000, pytest.approx(0.25))  # sent at 10.0, nothing before it
+    q.prefilled("w", "a", 11.0)
+    assert q.head("w", 11.5) == (500, pytest.approx(0.5))  # sent at 10.5, started when "a" was done
+    q.sent("w", "c", 64, 12.0)
+    q.prefilled("w", "b", 11.8)
+    assert q.head("w", 12.5) == (64, pytest.approx(0.5))  # sent after the last prefill ended
+    q.prefilled("w", "c")  # failed: says nothing of the engine's progress
+    q.prefilled("w", "zzz", 20.0)  # never queued here (a shipped-in request's KV): no progress either
+    q.sent("w", "d", 128, 12.6)
+    assert q.head("w", 13.0) == (128, pytest.approx(0.4))
+    assert q.head("v", 13.0) == (0, 0.0)  # per worker
+
+
+def test_the_queue_wait_drops_by_what_its_head_has_had_and_by_no_more_than_its_steps():
+    model = _model()
+    pred, whole = RoutePredictor(model, chunk_tokens=2048), RoutePredictor(model, 2048, credit_queue_head=False)
+    req = RequestInfo("r", 300, 8)
+    full_s = pred.prefill_queue_s(5000, 0)
+    head_s = pred.prefill_queue_s(3000, 0)
+
+    def queue_s(p: RoutePredictor, elapsed_s: float, stall_s: float = 0.0) -> float:
+        w = WorkerView("w", "both", num_queued_prefill_tokens=5000, queue_head_tokens=3000,
+                       queue_head_elapsed_s=elapsed_s, stall_s=stall_s)
+        return p.prefill_on(req, w).queue_s
+
+    assert queue_s(pred, 0.0) == pytest.approx(full_s)
+    assert queue_s(pred, head_s / 3) == pytest.approx(full_s - head_s / 3)
+    assert queue_s(pred, 10 * head_s) == pytest.approx(full_s - head_s)  # the rest of the queue still waits
+    assert queue_s(pred, 10 * head_s, stall_s=0.5) == pytest.approx(full_s - head_s + 0.5)
+    assert queue_s(whole, head_s / 3) == pytest.approx(full_s)  # the policy's switch
+    # a head that is the whole queue, had for longer than its steps: no wait, never a negative one
+    alone = WorkerView("w", "both", num_queued_prefill_tokens=3000, queue_head_tokens=3000, queue_head_elapsed_s=9.0)
+    assert pred.prefill_on(req, alone).queue_s == 0.0
+
+
+def test_the_adaptive_policy_credits_the_queue_head_unless_told_not_to():
+    workers = (WorkerView("p", "prefill"), WorkerView("b", "both", num_queued_prefill_tokens=4000,
+                                                      queue_head_tokens=4000, queue_head_elapsed_s=0.004))
+    view, req = ClusterView(workers, {("p", "b"): LinkEstimate(0.0001, 5e9)}), RequestInfo("r", 300, 8)
+    credited = AdaptivePolicy(_model()).decide(req, view).predictions
+    whole = AdaptivePolicy(_model(), credit_queue_head=False).decide(req, view).predictions
+    assert credited["colocated.queue_s"] == pytest.approx(whole["colocated.queue_s"] - 0.004)
+
+
+@pytest.mark.parametrize("head", [(5001, 0.0), (-1, 0.0), (100, -0.1)])
+def test_a_queue_head_outside_its_queue_is_refused(head):
+    with pytest.raises(ValueError, match="head"):
+        WorkerView("w", "both", num_queued_prefill_tokens=5000, queue_head_tokens=head[0], queue_head_elapsed_s=head[1])
