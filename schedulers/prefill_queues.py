@@ -14,11 +14,12 @@ the whole queue errs the other way, and routed better.
 What the engine has done of the prompt at the head of the queue is credited since stop 59
 (`head`, `RoutePredictor.queue_s`): at most that one prompt's own steps, for the time since it
 could start (sent, and the prompt before it prefilled). Live, counting it whole put the queue
-wait of hybrid's queued colocated prompts at 1.4-1.7x what it was (runs 105-107: engine time
-0.70-0.80 of its prediction for prompts up to 512 tokens, the prefill-only worker's 0.75-0.85):
-a prompt arrives on average halfway through the one being prefilled. Side by side live (runs
-108-109, docs/MEASUREMENTS.md stop 59) hybrid met both SLOs 2,823 times with the credit against
-2,721 without, 12 rounds of 16 won; on the simulated 4 x H100 at 64 req/s it gained or tied.
+wait of hybrid's queued colocated prompts at 1.5-1.9x what it was (runs 105-107: the wait 0.52-0.67
+of its prediction, the engine time 0.62-0.84 of queue + prefill for prompts up to 512 tokens, the
+prefill-only worker's 0.75-0.85): a prompt arrives on average halfway through the one being
+prefilled. Side by side live (runs 108-109, docs/MEASUREMENTS.md stop 59) hybrid met both SLOs
+2,823 times with the credit against 2,721 without, 12 rounds of 16 won; on the simulated 4 x H100
+at 64 req/s it gained or tied.
 """
 from __future__ import annotations
 
