@@ -48,12 +48,16 @@ class PrefillQueues:
         `worker_id` (vLLM serves its prompts first come, first served), and how long it has had:
         since it was sent, or since the prompt before it was prefilled if that was later. (0, 0.0)
         with none queued."""
-        queued = self._prompts[worker_id].values()
-        if not queued:
+        oldest = self._oldest(worker_id)
+        if oldest is None:
             return 0, 0.0
-        num_tokens, sent_s = min(queued, key=lambda p: p[1])
+        num_tokens, sent_s = oldest
         started_s = max(sent_s, self._last_done_s.get(worker_id, sent_s))
         return num_tokens, max(0.0, now_s - started_s)
+
+    def _oldest(self, worker_id: str) -> tuple[int, float] | None:
+        """(tokens, sent_s) of the longest-queued prompt on `worker_id`; None with none queued."""
+        return min(self._prompts[worker_id].values(), key=lambda p: p[1], default=None)
 
     def has(self, worker_id: str, key: str) -> bool:
         return key in self._prompts[worker_id]
@@ -70,7 +74,8 @@ class PrefillQueues:
 
     def oldest_sent_s(self, worker_id: str) -> float | None:
         """When the longest-queued prompt on `worker_id` was sent (None: none queued)."""
-        return min((sent_s for _, sent_s in self._prompts[worker_id].values()), default=None)
+        oldest = self._oldest(worker_id)
+        return None if oldest is None else oldest[1]
 
     def num_tokens_sent_by(self, worker_id: str, until_s: float) -> int:
         """The tokens of the prompts on `worker_id` sent by `until_s`: those a step that starts
