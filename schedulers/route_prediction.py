@@ -3,9 +3,13 @@
 For a worker W that prefills the request (chunks of `chunk_tokens`, alongside the decodes
 running on W, each assumed at `decode_context_tokens` of context):
 
-    queue_s    = sum of the step times that prefill W's queued prompt tokens, less what the engine
-                 has done of the one at their head: the time it has had it, at most that prompt's
-                 own steps (WorkerView.queue_head_*; `credit_queue_head`, since stop 59)
+    queue_s    = entry_s + the sum of the step times that prefill W's queued prompt tokens, less
+                 what the engine has done of the one at their head: the time it has had it, at
+                 most entry_s + that prompt's own steps (WorkerView.queue_head_*;
+                 `credit_queue_head`, since stop 59)
+    entry_s    = with `wait_running_step` (off by default, stop 60), half of W's decode-only step
+                 (0 when nothing decodes on W): vLLM takes a new prompt only at a step boundary,
+                 so a prompt reaching a decoding engine waits out the rest of the step it is in
     prefill_s  = sum of the step times of the request's own chunks
     itl_s      = the longest of those steps: the inter-token gap W's running decodes see
                  (0 when nothing decodes on W)
@@ -171,6 +175,7 @@ class RoutePredictor:
     chunk_tokens: int = 2048
     decode_context_tokens: int = 1024
     credit_queue_head: bool = True
+    wait_running_step: bool = False
 
     def decode_contexts(self, worker: WorkerView) -> list[int]:
         """Contexts of the requests decoding on `worker` (none on a prefill-only worker)."""
@@ -186,11 +191,29 @@ class RoutePredictor:
         """Seconds until `worker` has prefilled the prompts queued on it, and sat out its stall
         (taken to last as long again as it has: schedulers/stall.py)."""
         num_decodes = len(self.decode_contexts(worker))
-        queue_s = self.prefill_queue_s(worker.num_queued_prefill_tokens, num_decodes, worker.speed_factor)
+        entry_s = self.running_step_s(num_decodes, worker.speed_factor)
+        queue_s = entry_s + self.prefill_queue_s(worker.num_queued_prefill_tokens, num_decodes, worker.speed_factor)
         if self.credit_queue_head and worker.queue_head_tokens:
-            head_s = self.prefill_queue_s(worker.queue_head_tokens, num_decodes, worker.speed_factor)
+            # The head waited out the same rest of a step before its own steps began.
+            head_s = entry_s + self.prefill_queue_s(worker.queue_head_tokens, num_decodes, worker.speed_factor)
             queue_s -= min(worker.queue_head_elapsed_s, head_s)
         return max(0.0, queue_s) + worker.stall_s
+
+    def running_step_s(self, num_decodes: int, speed_factor: float = 1.0) -> float:
+        """What a prompt reaching a worker with `num_decodes` decodes waits of the step running
+        then: half of it on average (0 for none, or with `wait_running_step` off). Measured on
+        hybrid's decoder (runs 108-109, colocated prompts with nothing queued): 3.6 / 5.4 / 9.7 ms
+        beside 1-4 / 5-10 / 11+ decodes, against 4.3 / 6.4 / 9.4 from half the model's step.
+        Left out, the speed factor took it up as a share of every step (1.14-1.28 beside
+        decodes, where the steps themselves ran 0.84-1.09 of the model) and priced queues high.
+        Off by default: live on hybrid it met both SLOs 2,742 times against 2,684 (runs 110-111,
+        10 rounds of 16 won), but in the simulated 4 x H100 on 2 prefill + 2 both the truer price
+        of colocating kept prompts off the idle prefill workers (949 of 1,000 colocated against 762
+        at 32 req/s) and goodput fell (24.6 / 25.5 / 25.5 req/s against 25.8 / 28.5 / 27.6, seeds
+        0-2). docs/MEASUREMENTS.md, stop 60."""
+        if not self.wait_running_step:
+            return 0.0
+        return 0.5 * self.decode_step_s(num_decodes, speed_factor)
 
     def prefill_queue_s(self, num_tokens: int, num_decodes: int, speed_factor: float = 1.0) -> float:
         """Seconds of the steps that prefill `num_tokens` queued prompt tokens beside `num_decodes`

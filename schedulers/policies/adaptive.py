@@ -144,6 +144,7 @@ class AdaptivePolicy:
     lost_ttft_ratio: float = 2.0
     meeting_order: str = "ttft"
     credit_queue_head: bool = True  # RoutePredictor's: a queue's wait less what its head has had
+    wait_running_step: bool = False  # RoutePredictor's: a prompt waits out half the running step
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -174,7 +175,7 @@ class AdaptivePolicy:
 
     def _predictor(self) -> RoutePredictor:
         return RoutePredictor(self.step_model, self.chunk_tokens, self.decode_context_tokens,
-                              self.credit_queue_head)
+                              self.credit_queue_head, self.wait_running_step)
 
     def _colocated(self, request: RequestInfo, view: ClusterView) -> list[RoutePrediction]:
         workers = serving(view, COLOCATED_ROLES, request)

@@ -68,6 +68,9 @@ def test_the_queue_is_its_prefill_steps_beside_the_workers_decodes_and_its_stall
     assert pred.prefill_queue_s(5000, 3, 1.5) == pytest.approx(1.5 * sum(steps))
     both = WorkerView("w", "both", num_running=3, num_queued_prefill_tokens=5000, speed_factor=1.5, stall_s=0.4)
     assert pred.queue_s(both) == pytest.approx(1.5 * sum(steps) + 0.4)
+    waiting = RoutePredictor(_model(), chunk_tokens=2048, wait_running_step=True)
+    half_step = 0.5 * 1.5 * _model().predict(0, 0, [1024] * 3)  # the rest of the step running when it comes
+    assert waiting.queue_s(both) == pytest.approx(half_step + 1.5 * sum(steps) + 0.4)
     prefill = WorkerView("p", "prefill", num_running=3, num_queued_prefill_tokens=5000)  # runs no decodes
     assert pred.queue_s(prefill) == pytest.approx(pred.prefill_queue_s(5000, 0))
 
@@ -123,6 +126,31 @@ def test_the_queue_wait_drops_by_what_its_head_has_had_and_by_no_more_than_its_s
     # a head that is the whole queue, had for longer than its steps: no wait, never a negative one
     alone = WorkerView("w", "both", num_queued_prefill_tokens=3000, queue_head_tokens=3000, queue_head_elapsed_s=9.0)
     assert pred.prefill_on(req, alone).queue_s == 0.0
+
+
+def test_a_prompt_waits_out_half_the_step_its_decoding_worker_is_in():
+    model = _model()
+    pred, at_once = RoutePredictor(model, 2048, wait_running_step=True), RoutePredictor(model, 2048)
+    req = RequestInfo("r", 300, 8)
+    decoding = WorkerView("w", "both", num_running=8, speed_factor=1.2)
+    half_step = 0.5 * 1.2 * model.predict(0, 0, [1024] * 8)
+    assert half_step > 0
+    assert pred.prefill_on(req, decoding).queue_s == pytest.approx(half_step)
+    assert at_once.prefill_on(req, decoding).queue_s == 0.0  # the switch, off by default
+    assert pred.prefill_on(req, WorkerView("w", "both")).queue_s == 0.0  # an idle engine starts it at once
+    assert pred.prefill_on(req, WorkerView("p", "prefill", num_running=8)).queue_s == 0.0  # runs no decodes
+    # The head waited out the same half step: with it credited in full, only the rest of the queue is left.
+    queued = WorkerView("w", "both", num_running=8, speed_factor=1.2, num_queued_prefill_tokens=900,
+                        queue_head_tokens=600, queue_head_elapsed_s=5.0)
+    rest_s = pred.prefill_queue_s(900, 8, 1.2) - pred.prefill_queue_s(600, 8, 1.2)
+    assert pred.prefill_on(req, queued).queue_s == pytest.approx(rest_s)
+    # Nothing had yet: the half step, then the whole queue.
+    fresh = WorkerView("w", "both", num_running=8, speed_factor=1.2, num_queued_prefill_tokens=900,
+                       queue_head_tokens=600, queue_head_elapsed_s=0.0)
+    assert pred.prefill_on(req, fresh).queue_s == pytest.approx(half_step + pred.prefill_queue_s(900, 8, 1.2))
+    waited = AdaptivePolicy(model, wait_running_step=True).decide(req, ClusterView((decoding,), {})).predictions
+    assert waited["colocated.queue_s"] == pytest.approx(half_step)
+    assert AdaptivePolicy(model).decide(req, ClusterView((decoding,), {})).predictions["colocated.queue_s"] == 0.0
 
 
 def test_the_adaptive_policy_credits_the_queue_head_unless_told_not_to():
