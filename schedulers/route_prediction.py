@@ -208,9 +208,9 @@ class RoutePredictor:
         decodes, where the steps themselves ran 0.84-1.09 of the model) and priced queues high.
         Off by default: live on hybrid it met both SLOs 2,742 times against 2,684 (runs 110-111,
         10 rounds of 16 won), but in the simulated 4 x H100 on 2 prefill + 2 both the truer price
-        of colocating kept prompts off the idle prefill workers (949 of 1,000 colocated against 762
-        at 32 req/s) and goodput fell (24.6 / 25.5 / 25.5 req/s against 25.8 / 28.5 / 27.6, seeds
-        0-2). docs/MEASUREMENTS.md, stop 60."""
+        of colocating kept prompts off the idle prefill workers (seed 1 at 32 req/s: 949 of 1,000
+        colocated against 762) and goodput fell (24.6 / 25.5 / 25.5 req/s against 25.8 / 28.5 /
+        27.6, seeds 0-2). docs/MEASUREMENTS.md, stop 60."""
         if not self.wait_running_step:
             return 0.0
         return 0.5 * self.decode_step_s(num_decodes, speed_factor)
