@@ -8,7 +8,8 @@
 | adaptive           | step_model, or model (table name or config dir) + hardware (a100/h100/h200/cpu) |
 |                    | [+ block_size (16)]; slo_table, chunk_tokens (2048), decode_context_tokens    |
 |                    | (1024), default_link (None), violation_tolerance (0.1), lost_ttft_ratio (2), |
-|                    | meeting_order ("ttft" or "load")                                             |
+|                    | meeting_order ("ttft" or "load"), credit_queue_head (True),                  |
+|                    | wait_running_step (False), both_meet ("engine" or "decoder")                 |
 """
 from __future__ import annotations
 

@@ -22,6 +22,9 @@ def _is_lost(p: RoutePrediction, lost_ttft_ratio: float) -> bool:
 
 
 MEETING_ORDERS = ("ttft", "load")
+# Between two routes that both meet the SLOs (`AdaptivePolicy.both_meet`): the one cheaper in engine
+# seconds anywhere, or the one taking less from decode-capable workers (`_decoder_time_key`).
+BOTH_MEET_RULES = ("engine", "decoder")
 
 
 def _candidate_key(p: RoutePrediction, lost_ttft_ratio: float, meeting_order: str = "ttft") -> tuple:
@@ -72,11 +75,11 @@ def miss_rule(violations: tuple[float, float], lost: tuple[bool, bool], toleranc
 
 
 def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
-                  lost_ttft_ratio: float) -> RoutePrediction:
+                  lost_ttft_ratio: float, both_meet: str = "engine") -> RoutePrediction:
     if a.meets_slo != b.meets_slo:
         return a if a.meets_slo else b
     if a.meets_slo:
-        return min(a, b, key=_worker_time_key)
+        return min(a, b, key=_worker_time_key if both_meet == "engine" else _decoder_time_key)
     rule = miss_rule((a.violation, b.violation), (_is_lost(a, lost_ttft_ratio), _is_lost(b, lost_ttft_ratio)),
                      tolerance)
     if rule == MISS_LOST:
@@ -145,6 +148,10 @@ class AdaptivePolicy:
     meeting_order: str = "ttft"
     credit_queue_head: bool = True  # RoutePredictor's: a queue's wait less what its head has had
     wait_running_step: bool = False  # RoutePredictor's: a prompt waits out half the running step
+    # Both routes meet the SLOs: "engine" takes the one cheaper in engine seconds (usually colocated),
+    # "decoder" the one taking less from decode-capable workers (a prefill-only worker's prefill is
+    # free to them). Not yet measured live; simulated in docs/MEASUREMENTS.md stop 60.
+    both_meet: str = "engine"
     name: str = "adaptive"
 
     def __post_init__(self) -> None:
@@ -154,6 +161,8 @@ class AdaptivePolicy:
             raise ValueError(f"lost_ttft_ratio must be >= 1, got {self.lost_ttft_ratio}")
         if self.meeting_order not in MEETING_ORDERS:
             raise ValueError(f"meeting_order must be one of {MEETING_ORDERS}, got {self.meeting_order!r}")
+        if self.both_meet not in BOTH_MEET_RULES:
+            raise ValueError(f"both_meet must be one of {BOTH_MEET_RULES}, got {self.both_meet!r}")
 
     def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
         candidates = self._colocated(request, view) + self._disaggregated(request, view)
@@ -166,7 +175,7 @@ class AdaptivePolicy:
         chosen = None
         for p in best_by_route.values():
             chosen = p if chosen is None else _better_route(chosen, p, self.violation_tolerance,
-                                                            self.lost_ttft_ratio)
+                                                            self.lost_ttft_ratio, self.both_meet)
         return self._decision(chosen, [p for p in best_by_route.values() if p is not chosen],
                               request, view)
 

@@ -165,3 +165,20 @@ def test_meeting_order_picks_among_slo_meeting_workers_by_ttft_or_by_load():
     assert by_load.decide(tight, ClusterView((a, long_queue))).decode_worker == "a"
     with pytest.raises(ValueError, match="meeting_order"):
         AdaptivePolicy(MODEL, meeting_order="fastest")
+
+
+def test_both_meet_picks_between_two_slo_meeting_routes_by_engine_or_by_decoder_time():
+    # An idle prefill-only worker and a decoder with a few streams: a short prompt meets its SLOs
+    # either way. "engine" (default) keeps it colocated, cheaper in engine seconds; "decoder"
+    # ships it, since only the decode worker's first step then falls on a decode-capable worker.
+    p = WorkerView("p", "prefill", decode_slack_s=float("inf"))
+    b = WorkerView("b", "both", num_running=4, num_inflight=4, decode_slack_s=float("inf"))
+    view = ClusterView((p, b), {("p", "b"): LinkEstimate(0.0001, 25e9)})
+    request = RequestInfo("r", 512, 16, ttft_slo_s=10.0, tpot_slo_s=10.0)
+    by_engine = POLICY.decide(request, view)
+    by_decoder = AdaptivePolicy(MODEL, both_meet="decoder").decide(request, view)
+    assert by_engine.route == "colocated"
+    assert (by_decoder.route, by_decoder.prefill_worker) == ("disaggregated", "p")
+    assert by_decoder.predictions["disaggregated.ttft_s"] <= 10.0  # both met: the rule, not a miss, chose
+    with pytest.raises(ValueError, match="both_meet"):
+        AdaptivePolicy(MODEL, both_meet="cheapest")
