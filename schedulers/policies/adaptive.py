@@ -22,9 +22,6 @@ def _is_lost(p: RoutePrediction, lost_ttft_ratio: float) -> bool:
 
 
 MEETING_ORDERS = ("ttft", "load")
-# Between two routes that both meet the SLOs (`AdaptivePolicy.both_meet`): the one cheaper in engine
-# seconds anywhere, or the one taking less from decode-capable workers (`_decoder_time_key`).
-BOTH_MEET_RULES = ("engine", "decoder")
 
 
 def _candidate_key(p: RoutePrediction, lost_ttft_ratio: float, meeting_order: str = "ttft") -> tuple:
@@ -47,9 +44,15 @@ def _worker_time_key(p: RoutePrediction) -> tuple:
 
 
 def _decoder_time_key(p: RoutePrediction) -> tuple:
-    """Both miss by about as much: the one that takes less from decode-capable workers (what
-    running and arriving requests need), then less worker time; colocated wins exact ties."""
+    """Both miss by about as much (or both meet, with `both_meet="decoder"`): the one that takes
+    less from decode-capable workers (what running and arriving requests need), then less worker
+    time; colocated wins exact ties."""
     return (p.decoder_engine_s, p.engine_s, p.route != ROUTE_COLOCATED)
+
+
+# Between two routes that both meet the SLOs (`AdaptivePolicy.both_meet`): the one cheaper in engine
+# seconds anywhere, or the one taking less from decode-capable workers.
+BOTH_MEET_KEYS = {"engine": _worker_time_key, "decoder": _decoder_time_key}
 
 
 def _lost_key(p: RoutePrediction) -> tuple:
@@ -79,7 +82,7 @@ def _better_route(a: RoutePrediction, b: RoutePrediction, tolerance: float,
     if a.meets_slo != b.meets_slo:
         return a if a.meets_slo else b
     if a.meets_slo:
-        return min(a, b, key=_worker_time_key if both_meet == "engine" else _decoder_time_key)
+        return min(a, b, key=BOTH_MEET_KEYS[both_meet])
     rule = miss_rule((a.violation, b.violation), (_is_lost(a, lost_ttft_ratio), _is_lost(b, lost_ttft_ratio)),
                      tolerance)
     if rule == MISS_LOST:
@@ -161,8 +164,8 @@ class AdaptivePolicy:
             raise ValueError(f"lost_ttft_ratio must be >= 1, got {self.lost_ttft_ratio}")
         if self.meeting_order not in MEETING_ORDERS:
             raise ValueError(f"meeting_order must be one of {MEETING_ORDERS}, got {self.meeting_order!r}")
-        if self.both_meet not in BOTH_MEET_RULES:
-            raise ValueError(f"both_meet must be one of {BOTH_MEET_RULES}, got {self.both_meet!r}")
+        if self.both_meet not in BOTH_MEET_KEYS:
+            raise ValueError(f"both_meet must be one of {tuple(BOTH_MEET_KEYS)}, got {self.both_meet!r}")
 
     def decide(self, request: RequestInfo, view: ClusterView) -> Decision:
         candidates = self._colocated(request, view) + self._disaggregated(request, view)
