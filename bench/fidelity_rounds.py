@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
 from bench.compare import RATES_SYSTEMS
+from bench.fidelity_ranking import met_slo
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
 from bench.pooled_measurements import DEFAULT_STRETCH, MEASUREMENTS, hardware_measurements_for, pooled_measurements
@@ -144,6 +145,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
         sim_pool = pooled_summary([run[(label, rate)] for run in sim_runs], slo)
         pooled_rows.append({"system": label, "rate": rate, "requests": live_pool["num_requests"],
                             "metrics": compare_summaries(live_pool, sim_pool, tolerance),
+                            "met_slo": {"live": met_slo(live_pool), "sim": met_slo(sim_pool)},
                             "spread": spread(live_pooled_records, tolerance)})
 
     held_out = []

@@ -78,6 +78,7 @@ import yaml
 from bench.compare import DEFAULT_OUTPUT_TOKENS, RATES_BUCKETS, RATES_SYSTEMS, rates_workload
 from bench.decode_growth import measure_decode_growth
 from bench.engine_stalls import STALLS_FILE, STEPS_FILE, stall_model, stall_words, stalled_runs
+from bench.fidelity_ranking import TIE, agreement, met_slo, pair_orders, ranking_table
 from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.length_stretch import measure_length_stretch
@@ -1095,7 +1096,8 @@ def run_fidelity(live: Mapping[str, Any], cal: Mapping[str, Any] | None, model: 
             metrics = compare_summaries(live_summary, sim_summary, tolerance)
             rows.append({"system": label, "rate": rate, "num_requests": num_requests,
                          "output_tokens": output_tokens, "workload_matches_live": matches,
-                         "metrics": metrics, "live_routes": live_summary.get("routes"),
+                         "metrics": metrics, "met_slo": {"live": met_slo(live_summary), "sim": met_slo(sim_summary)},
+                         "live_routes": live_summary.get("routes"),
                          "sim_routes": _routes(result.records), "sim_num_failed": sim_summary["num_failed"],
                          "sim_preemptions": result.num_preemptions, "sim_fallbacks": result.num_fallbacks,
                          "sim_stalls": result.num_stalls, "sim_worker_stalls": result.num_worker_stalls,
@@ -1189,16 +1191,18 @@ def seed_score(seed_offset: int, result: Mapping[str, Any]) -> dict[str, Any]:
     return {"seed_offset": seed_offset, "pooled_ok": result["pooled_within_tolerance"],
             "pooled_checks": result["pooled_checks"],
             "held_out_ok": sum(h["sim_round_ok"] for h in result["held_out"]),
-            "held_out_checks": sum(h["checks"] for h in result["held_out"])}
+            "held_out_checks": sum(h["checks"] for h in result["held_out"]),
+            "same_order": agreement(pair_orders(result["pooled_rows"]))}
 
 
 def seeds_table(seeds: Sequence[Mapping[str, Any]]) -> str:
     """One row per scoring, and their mean: how far the draws alone move a form's score."""
     rows = [[f"+{s['seed_offset']:,}", f"{s['pooled_ok']}/{s['pooled_checks']}",
-             f"{s['held_out_ok']}/{s['held_out_checks']}"] for s in seeds]
+             f"{s['held_out_ok']}/{s['held_out_checks']}", "{}/{}".format(*s["same_order"])] for s in seeds]
     rows.append(["mean", f"{statistics.fmean(s['pooled_ok'] for s in seeds):.2f}/{seeds[0]['pooled_checks']}",
-                 f"{statistics.fmean(s['held_out_ok'] for s in seeds):.2f}/{seeds[0]['held_out_checks']}"])
-    return format_table(["seeds", "pooled", "held out"], rows)
+                 f"{statistics.fmean(s['held_out_ok'] for s in seeds):.2f}/{seeds[0]['held_out_checks']}",
+                 f"{statistics.fmean(s['same_order'][0] for s in seeds):.2f}/{seeds[0]['same_order'][1]}"])
+    return format_table(["seeds", "pooled", "held out", "pairs in the live order"], rows)
 
 
 def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namespace) -> int:
@@ -1262,6 +1266,12 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     print(f"\nEach round against the other rounds' live pool: figures within {args.tolerance:.0%}, the live "
           f"round's (how well the live system predicts itself) beside the simulated round's\n")
     print(held_out_table(result["held_out"]))
+    orders = pair_orders(result["pooled_rows"])
+    print(f"\nWhich system served more requests within both SLOs, pooled over the rounds, live and simulated "
+          f"(bench.fidelity_ranking; live counts within {TIE:.0%} of each other tie)\n")
+    print(ranking_table(orders))
+    print("\npairs the simulator orders as live did: {}/{} (single rates, live ties left out)".format(
+        *agreement(orders)))
     live_ok = sum(h["live_round_ok"] for h in result["held_out"])
     sim_ok = sum(h["sim_round_ok"] for h in result["held_out"])
     checks = sum(h["checks"] for h in result["held_out"])

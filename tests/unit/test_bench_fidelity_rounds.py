@@ -55,6 +55,7 @@ def test_rounds_the_simulator_reproduces_are_all_within(tmp_path, cal, model_dir
     assert result["pooled_within_tolerance"] == result["pooled_checks"] == 3
     row = result["pooled_rows"][0]
     assert row["requests"] == 12 and row["metrics"]["p50_ttft_s"]["rel_error"] == pytest.approx(0.0, abs=1e-12)
+    assert row["met_slo"]["live"] == row["met_slo"]["sim"] > 0  # bench.fidelity_ranking's counts
     for h in result["held_out"]:
         assert h["live_round_ok"] == h["sim_round_ok"] == h["sim_vs_own_live_ok"] == h["checks"] == 3
 
@@ -155,6 +156,8 @@ def test_the_command_line_takes_a_rounds_summary(tmp_path, cal, model_dir, monke
     assert sf.main(["--live", str(top), "--calibration", str(calibration), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "2 rounds pooled" in printed and "held out, all rounds: live 6/6, simulated 6/6" in printed
+    # one system: no pair to order
+    assert "pairs the simulator orders as live did: 0/0" in printed
     written = json.loads(out.read_text())
     assert written["pooled_within_tolerance"] == 3 and written["held_out_checks"] == 6
     assert written["measurements"] == "hardware"  # the command line's default (bench.pooled_measurements)
