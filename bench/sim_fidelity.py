@@ -1205,6 +1205,16 @@ def seeds_table(seeds: Sequence[Mapping[str, Any]]) -> str:
     return format_table(["seeds", "pooled", "held out", "pairs in the live order"], rows)
 
 
+def _print_ranking(rows: Sequence[Mapping[str, Any]], pooled: str = "") -> None:
+    """Whether the simulator orders the systems as live did (bench.fidelity_ranking)."""
+    orders = pair_orders(rows)
+    print(f"\nWhich system served more requests within both SLOs{pooled}, live and simulated "
+          f"(bench.fidelity_ranking; live counts within {TIE:.0%} of each other tie)\n")
+    print(ranking_table(orders))
+    print("\npairs the simulator orders as live did: {}/{} (single rates, live ties left out)".format(
+        *agreement(orders)))
+
+
 def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namespace) -> int:
     """A `--rounds R` sweep: every round simulated with its own measurements, pooled, and each
     round held against the others' live pool (bench.fidelity_rounds)."""
@@ -1266,12 +1276,7 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     print(f"\nEach round against the other rounds' live pool: figures within {args.tolerance:.0%}, the live "
           f"round's (how well the live system predicts itself) beside the simulated round's\n")
     print(held_out_table(result["held_out"]))
-    orders = pair_orders(result["pooled_rows"])
-    print(f"\nWhich system served more requests within both SLOs, pooled over the rounds, live and simulated "
-          f"(bench.fidelity_ranking; live counts within {TIE:.0%} of each other tie)\n")
-    print(ranking_table(orders))
-    print("\npairs the simulator orders as live did: {}/{} (single rates, live ties left out)".format(
-        *agreement(orders)))
+    _print_ranking(result["pooled_rows"], ", pooled over the rounds")
     live_ok = sum(h["live_round_ok"] for h in result["held_out"])
     sim_ok = sum(h["sim_round_ok"] for h in result["held_out"])
     checks = sum(h["checks"] for h in result["held_out"])
@@ -1452,6 +1457,7 @@ def main(argv: list[str] | None = None) -> int:
           f"* = over {args.tolerance:.0%}\n")
     print(table)
     print(f"\n{sum(checks)}/{len(checks)} within {args.tolerance:.0%}")
+    _print_ranking(rows)
     gaps = gaps_table(rows)
     if any((r.get("quiet_excess") or {}).get("live") for r in rows):
         print(f"\n{QUIET_HEADING}\n")
