@@ -53,6 +53,11 @@ runs 59 and 60, on which it was chosen, 20 / 34 and 7 / 15 against 18 / 32 and 6
 fresh, 15 / 29 against 12 / 21 (the live rounds held each other to 29). The hardware form keeps
 every one of those ratios as well (`stretch_ratios`, the host's `<key>_draws`), for the host form
 that draws each prefill's stretch among them (`bench.simulator.host`, stretch-draws).
+
+The length probe (`bench.length_stretch`, read by the host forms by length) is, in the hardware
+form, pooled over the alike deployments too (`pooled_length_probe`: the median factor at each
+length, every part in the engine alone and beside streams), where the other forms keep the first
+round's (stop 62).
 """
 from __future__ import annotations
 
@@ -192,7 +197,44 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
             by_shape[shape] = with_flat_stretch(by_shape[shape], flat)
         # every alike probe, for a form that draws the stretch instead of taking its median
         by_shape[shape] = with_stretch_draws(by_shape[shape], ratios)
+        by_shape[shape] = with_pooled_length_probes(by_shape[shape], alike)
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
+
+
+def pooled_length_probe(probes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """One length probe (`bench.length_stretch`) from several deployments' of one route: at each
+    length all of them probed, the median of their factors, and their parts in the engine pooled
+    (each count's samples joined). None for none; the first where their routes differ.
+
+    Why: one probe is a few prompts per length, and one deployment's points move more between
+    rounds than between lengths: on run 114 the engines of colocated and adaptive read x1.60 /
+    1.80 / 1.40, x1.53 / 1.77 / 1.60, x1.85 / 1.41 / 1.53 and x1.73 / 1.72 / 1.44 at 256 / 1,536 /
+    3,584 tokens; the hardware form kept the first round's of the shape."""
+    probes = [p for p in probes if p and p.get("points")]
+    if not probes or len({p.get("route") for p in probes}) > 1:
+        return dict(probes[0]) if probes else None
+    lengths = [n for n, _ in probes[0]["points"] if all(n in {m for m, _ in p["points"]} for p in probes)]
+    factors = [{m: f for m, f in p["points"]} for p in probes]
+    out = {**probes[0], "points": [[n, float(statistics.median(f[n] for f in factors))] for n in lengths]}
+    for key in ("engine_s", "ttft_s"):  # each probe's seconds, by length then by streams
+        if all(key in p for p in probes):
+            out[key] = {}
+            for n in lengths:
+                parts = [p[key].get(str(n)) or {} for p in probes]
+                counts = dict.fromkeys(c for part in parts for c in part)
+                out[key][str(n)] = {c: [t for part in parts for t in part.get(c, [])] for c in counts}
+    return out
+
+
+def with_pooled_length_probes(record: Mapping[str, Any], alike: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """`record` with its length probes (on an engine that streams, and on a prefill-only engine)
+    pooled over the `alike` records (`pooled_length_probe`), where any measured one."""
+    host = dict(record.get("host") or {})
+    for key in ("length_probe", "length_probe_beside"):
+        pooled = pooled_length_probe([(rec.get("host") or {}).get(key) for rec in alike])
+        if pooled is not None:
+            host[key] = pooled
+    return {**record, "host": host}
 
 
 def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> dict[str, Any]:

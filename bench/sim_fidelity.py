@@ -88,7 +88,8 @@ from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, ME
 from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
-from bench.simulator.host import STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS, STRETCH_PREFILL_ONLY_BUSY
+from bench.simulator.host import (LENGTH_RATIO, STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS,
+                                  STRETCH_PREFILL_ONLY_BUSY)
 from bench.simulator.simulator import SimResult, simulate
 from bench.simulator.specs import EngineSpec
 from bench.speed_scaled import SPEED_FORMS, scaled_calibration
@@ -189,14 +190,24 @@ PROBE_EXCESS_FORMS = ("probe-excess", "probe-steps")
 PROBE_FORMS = ("probe-stretch", "probe-excess", "probe-steps")
 HOST_FORMS.update({form: HOST_FORMS["scatter-top-up"] for form in PROBE_FORMS})
 STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_FORMS})
+# probe-steps with a prefill's stretch scaled by its prompt's length as the length probe measured it
+# beside streams, the factor as a whole (host.LENGTH_RATIO, which takes a probe with no stretch at the
+# load probe's 1,024 tokens, as hybrid's engine that streams gives); probe-length-alone with the probe's
+# time alone over the calibrated steps besides, as length-alone
+PROBE_LENGTH_FORMS = ("probe-length", "probe-length-alone")
+HOST_FORMS.update({form: (*HOST_FORMS["probe-steps"], "length_probe", "length_probe_beside", "load_probe")
+                   for form in PROBE_LENGTH_FORMS})
+STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_LENGTH_FORMS})
+PROBE_STRETCH_FORMS = (*PROBE_STRETCH_FORMS, *PROBE_LENGTH_FORMS)
+PROBE_EXCESS_FORMS = (*PROBE_EXCESS_FORMS, *PROBE_LENGTH_FORMS)
 DRAW_FORMS = ("stretch-draws",)
-SCATTER_FORMS = ("step-scatter", "scatter-top-up", *PROBE_FORMS)
+SCATTER_FORMS = ("step-scatter", "scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)
 # form -> the form whose simulated steps' scatter it tops up
-TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", *PROBE_FORMS)}
+TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)}
 # The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
 NO_STEPS_HOST_FORM = "own-streams+mix"
-LENGTH_FORMS = ("length", "length-alone")
-ALONE_FORMS = ("length-alone",)
+LENGTH_FORMS = ("length", "length-alone", *PROBE_LENGTH_FORMS)
+ALONE_FORMS = ("length-alone", "probe-length-alone")
 NEIGHBOUR_FORMS = ("neighbour", "neighbour+cpu")
 PATH_SLOPE_FORMS = ("load-path",)
 
@@ -236,7 +247,8 @@ def _always(role_counts: Mapping[str, int]) -> bool:
 # Measured's own fallback (that names the form the measurement was added on top of)
 FALLBACK_FOR = {("decode-neighbour+mix", ("step_excess_mix",)): "decode-neighbour",
                 ("own-streams+mix", ("step_excess_mix",)): "own-streams",
-                ("stretch-draws", ("step_excess_mix",)): "decode-neighbour"}
+                ("stretch-draws", ("step_excess_mix",)): "decode-neighbour",
+                **{(form, ("length_probe",)): "probe-steps" for form in PROBE_LENGTH_FORMS}}
 # The records a form refuses, in the order they are checked: the first missing is named.
 MEASURED_SINCE = (
     Measured(("load_stretch",), _always, "the prefill's stretch under load (`bench.host_load`, measured since "
@@ -380,7 +392,9 @@ MEASURED_SINCE = (
 # 342.25; probe-stretch 137, 368.75; probe-excess alone 127.75, 356.75). Fresh, run 104 (rates_v107):
 # 12.75 of 24 and 21.75 of 48, against 10.25 and 19 (probe-stretch 13, 22.75; own-streams+mix 15 and
 # 27; the live rounds 19); run 105 (rates_v108): 15.75 and 26.75, against 14 and 23.75 (own-streams+mix 10
-# and 21; the live rounds 24). The default since stop 57.
+# and 21; the live rounds 24). The default since stop 57. probe-length and probe-length-alone (stop 62, by
+# prompt length on top of it; bench.simulator.host) scored 57.75 and 55.25 of 72 pooled and 97.25 and 89.5 of
+# 144 held out over runs 114-115, four seeds, against its 57 and 92.5: not the default.
 DEFAULT_HOST_FORM = "probe-steps"
 GIB = 1 << 30
 BESIDE_SALT = 100  # the prefill-only engine's load probe: prompts of its own (bench.host_load)
@@ -694,6 +708,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         host_spec.update(length_host(*probes, host_spec.pop("load_probe", None), label))
         if host_form in ALONE_FORMS:
             host_spec.update(alone_host(*probes, step_model_from_calibration(cal), role_engine))
+        if host_form in PROBE_LENGTH_FORMS:
+            host_spec["length_shape"] = LENGTH_RATIO
     if host_form in STRETCH_RULE_FORMS and host_spec:
         host_spec["stretch_rule"] = STRETCH_RULE_FORMS[host_form]
     if host_form in DRAW_FORMS and host_spec:

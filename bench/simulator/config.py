@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bench.metrics import SloSpec
 from bench.simulator.presets import (GPU_MEMORY_GIB, LINK_PRESETS, kv_blocks_from_memory,
                                      scaled_hardware)
-from bench.simulator.host import STRETCH_STREAMS, HostSpec
+from bench.simulator.host import LENGTH_EXCESS, STRETCH_STREAMS, HostSpec
 from bench.simulator.specs import ClusterSpec, EngineSpec, LinkSpec, RequestPathSpec
 from bench.workloads import WORKLOAD_NAMES, workload_params
 from schedulers.hardware import HARDWARE_SPECS
@@ -170,6 +170,8 @@ class HostConfig(_Strict):
     length_stretch: list[tuple[int, float]] = Field(default_factory=list)
     length_stretch_beside: list[tuple[int, float]] = Field(default_factory=list)
     length_reference_tokens: int = Field(0, ge=0)
+    # how the length points scale a stretched prefill: its excess over 1, or the factor (host.py)
+    length_shape: str = LENGTH_EXCESS
     # (prompt tokens, the engine's time alone over its calibrated steps) from the same probe
     length_alone: list[tuple[int, float]] = Field(default_factory=list)
     length_alone_beside: list[tuple[int, float]] = Field(default_factory=list)

@@ -298,6 +298,24 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   192 pooled and 381.5 of 576 held out (scatter-top-up 122.75 and 342.25, probe-stretch 137 and
   368.75, probe-excess 127.75 and 356.75); fresh on run 104, 12.75 of 24 and 21.75 of 48 (10.25,
   19), on run 105 15.75 and 26.75 (14, 23.75). probe-steps is the default since stop 57.
+- probe-length and probe-length-alone (`--host probe-length`, `--host probe-length-alone`; stop
+  62): probe-steps with a stretched prefill scaled by its prompt's length as the length probe
+  measured it, the factor as a whole (`length_shape` LENGTH_RATIO: the probe's factor at the
+  prompt's length over its factor at the load probe's 1,024 tokens, never below 1), and, in
+  probe-length-alone, every prefill step at the probe's time alone over its calibrated steps
+  (`alone_factor`). The excess shape refuses a probe with no stretch at 1,024 tokens, which
+  hybrid's engine that streams gives (x1.03 / 0.88 / 0.95 on run 112, x1.05 / 1.00 / 1.00 on run
+  114); the calibration's error by length is what its medium prompts needed: on run 112 they
+  prefilled on that engine at x0.92-1.10 of their calibrated step live and x1.06-1.30 under
+  probe-steps, and the simulated router shipped 16-23 of 41 against 5-8 live. Built on run 114
+  (`results/rates_v117`), four seeds: probe-length 32.25 of 36 pooled and 59.5 of 72 held out,
+  probe-length-alone 30.75 and 56.25, probe-steps 29.25 and 55.5; fresh on run 115 (`rates_v118`),
+  25.5 and 37.75, 24.5 and 33.25, against probe-steps' 27.75 and 37 (the live rounds 16 of 72).
+  The alone factor brought hybrid's medium prompts closer there (22 of 82 met at 7.24 req/s
+  against probe-steps' 9; live 37) and colocated's further (43 at 5.17 against 33; live 19).
+  Neither is the default. What hybrid's medium prompts miss is a shape by streams more than by
+  length: on run 115 the engine's prefill steps beside one stream ran x1.02-1.07 of calibrated
+  live and x1.20-1.30 simulated, beside eight or more x1.54-1.59 and x1.43 (`bench.steps_beside`).
 GPU configs have no host: there the engines compute elsewhere.
 """
 from __future__ import annotations
@@ -319,6 +337,10 @@ STRETCH_PREFILL_ONLY_BUSY = "prefill-only-busy"
 STRETCH_DECODE_NEIGHBOUR = "decode-neighbour"
 STRETCH_OWN_STREAMS = "own-streams"
 STRETCH_RULES = (STRETCH_STREAMS, STRETCH_PREFILL_ONLY_BUSY, STRETCH_DECODE_NEIGHBOUR, STRETCH_OWN_STREAMS)
+# How the length probe's points scale a stretched prefill (HostSpec.length_shape; `length_factor`)
+LENGTH_EXCESS = "excess"
+LENGTH_RATIO = "ratio"
+LENGTH_SHAPES = (LENGTH_EXCESS, LENGTH_RATIO)
 
 
 @dataclass(frozen=True)
@@ -366,7 +388,9 @@ class HostSpec:
     (`bench.length_stretch`), and `length_stretch_beside` the same on a prefill-only engine
     (without it, `length_stretch` stands for both); with them, a stretched prefill's excess is
     scaled by its prompt's length (`length_factor`) against `length_reference_tokens`, the
-    length of the prompt the load factors were measured on. `length_alone` (and
+    length of the prompt the load factors were measured on (`length_shape`: the excess over 1
+    scaled by the probe's excess, LENGTH_EXCESS, or the whole factor by the probe's factor,
+    LENGTH_RATIO; `length_factor`). `length_alone` (and
     `length_alone_beside`): (prompt tokens, the engine's time for that prompt alone over its
     calibrated steps), from the same probe; with them, every prefill step takes that many times
     its calibrated time as well (`alone_factor`). `load_stretch_draws` (and
@@ -406,6 +430,7 @@ class HostSpec:
     length_stretch: tuple[tuple[int, float], ...] = ()
     length_stretch_beside: tuple[tuple[int, float], ...] = ()
     length_reference_tokens: int = 0
+    length_shape: str = LENGTH_EXCESS
     length_alone: tuple[tuple[int, float], ...] = ()
     length_alone_beside: tuple[tuple[int, float], ...] = ()
     load_stretch_draws: tuple[float, ...] = ()
@@ -421,6 +446,8 @@ class HostSpec:
     def __post_init__(self) -> None:
         if self.stretch_rule not in STRETCH_RULES:
             raise ValueError(f"host.stretch_rule must be one of {STRETCH_RULES}, got {self.stretch_rule!r}")
+        if self.length_shape not in LENGTH_SHAPES:
+            raise ValueError(f"host.length_shape must be one of {LENGTH_SHAPES}, got {self.length_shape!r}")
         if self.num_cores < 0:
             raise ValueError(f"host.num_cores must be >= 0, got {self.num_cores}")
         if self.cpu_s_per_token < 0:
@@ -468,7 +495,7 @@ class HostSpec:
                 continue
             if self.length_reference_tokens <= 0:
                 raise ValueError(f"host.{name} needs length_reference_tokens, the load probe's prompt length")
-            if _length_excess(points, self.length_reference_tokens) <= 0:
+            if self.length_shape == LENGTH_EXCESS and _length_excess(points, self.length_reference_tokens) <= 0:
                 # the two probes disagree (the load probe stretched, this one not): no shape to scale by
                 raise ValueError(f"host.{name} gives no stretch at the reference length "
                                  f"({self.length_reference_tokens} tokens): {points}")
@@ -525,7 +552,8 @@ class HostSpec:
         """A prefill step's `factor` (measured on the load probe's prompt of
         `length_reference_tokens`) for the prompts it computes, `prompts`: (tokens this step
         computes, the prompt's length) each. Its excess over 1 is scaled by the length probe's
-        excess at each prompt's length over its excess at the reference, weighted by the tokens
+        excess at each prompt's length over its excess at the reference (LENGTH_EXCESS; under
+        LENGTH_RATIO the factor itself by the probe's factors), weighted by the tokens
         (`beside`: on a prefill-only engine, by `length_stretch_beside` when measured). The
         probe's points are joined linearly, held flat beyond its shortest and longest, a point
         below 1 read as no excess. Measured on colocated's engines (run 80): x1.78 at 256 tokens,
@@ -533,6 +561,14 @@ class HostSpec:
         points = self.length_stretch_beside if beside and self.length_stretch_beside else self.length_stretch
         if not self.is_modelled or not points or factor <= 1.0 or not prompts:
             return factor
+        if self.length_shape == LENGTH_RATIO:
+            # the factor as a whole, not its excess, by the probe's factor at each length over its
+            # factor at the reference: a probe with no stretch at the reference (hybrid's engine
+            # that streams, x1.03 / 0.88 / 0.95 at 256 / 1,536 / 3,584 tokens on run 112) still
+            # gives a shape, and one noisy point moves the result by its own share, not by the
+            # share of a small excess. Never below 1: a load does not speed a prefill up.
+            scale = _token_weighted(prompts, lambda length: _held(points, length))
+            return max(1.0, factor * scale / _held(points, self.length_reference_tokens))
         scale = _token_weighted(prompts, lambda length: _length_excess(points, length))
         return 1.0 + (factor - 1.0) * scale / _length_excess(points, self.length_reference_tokens)
 

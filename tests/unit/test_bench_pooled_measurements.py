@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.pooled_measurements import (flat_stretch, hardware_measurements, pooled_measurements, pooled_record,
-                                       stretch_ratios)
+from bench.pooled_measurements import (flat_stretch, hardware_measurements, pooled_length_probe, pooled_measurements,
+                                       pooled_record, stretch_ratios)
 from tests.unit.test_bench_sim_fidelity import cal  # noqa: F401  (shared fixture)
 
 
@@ -80,6 +80,39 @@ def test_hardware_pools_the_step_model_over_every_system_and_the_rest_over_alike
     assert out[1]["colocated"]["request_path"]["colocated_s"] == pytest.approx(0.013)
     assert out[0]["disaggregated"]["request_path"]["colocated_s"] == pytest.approx(0.150)
     assert rounds[0]["adaptive"]["overhead_s"] == pytest.approx(0.0075)  # the inputs are left as they were
+
+
+def length_probe(points: list, alone_s: float, route: str = "colocated") -> dict:
+    return {"streams": 2, "route": route, "points": points,
+            "engine_s": {str(n): {"0": [alone_s], "2": [alone_s * f]} for n, f in points},
+            "ttft_s": {str(n): {"0": [alone_s + 0.01]} for n, _ in points}}
+
+
+def test_hardware_pools_the_length_probes_of_alike_deployments(cal):  # noqa: F811
+    # run 114's colocated and adaptive engines, round 0 and round 1
+    probes = [length_probe([[256, 1.60], [1536, 1.80], [3584, 1.40]], 0.1),
+              length_probe([[256, 1.53], [1536, 1.77], [3584, 1.60]], 0.2),
+              length_probe([[256, 1.85], [1536, 1.41], [3584, 1.53]], 0.3),
+              length_probe([[256, 1.73], [1536, 1.72]], 0.4)]  # one length short: left out
+    pooled = pooled_length_probe(probes)
+    assert pooled["points"] == [[256, pytest.approx(1.665)], [1536, pytest.approx(1.745)]]
+    assert pooled["engine_s"]["256"]["0"] == [0.1, 0.2, 0.3, 0.4]
+    assert pooled["engine_s"]["1536"]["2"] == pytest.approx([0.18, 0.354, 0.423, 0.688])
+    assert set(pooled["engine_s"]) == set(pooled["ttft_s"]) == {"256", "1536"}
+    assert pooled_length_probe([None, {}]) is None
+    other_route = length_probe([[256, 1.2]], 0.1, route="disaggregated")
+    assert pooled_length_probe([probes[0], other_route]) == probes[0]  # not one engine's: the first, as it was
+    shapes = {"colocated": "two both", "adaptive": "two both"}
+
+    def rec(probe: dict) -> dict:
+        return {**cal, "host": {"num_cores": 2, "length_probe": probe}}
+    rounds = [{"colocated": rec(probes[0]), "adaptive": rec(probes[2])},
+              {"colocated": rec(probes[1]), "adaptive": rec(probes[3])}]
+    out = hardware_measurements(rounds, shapes)
+    in_sweep_order = pooled_length_probe([probes[0], probes[2], probes[1], probes[3]])
+    assert in_sweep_order["points"] == pooled["points"]
+    assert all(r[label]["host"]["length_probe"] == in_sweep_order for r in out for label in shapes)
+    assert pooled_record([r["colocated"] for r in rounds])["host"]["length_probe"] == probes[0]  # own rounds: the first
 
 
 def test_hardware_refuses_records_of_other_models_or_systems_of_no_shape():

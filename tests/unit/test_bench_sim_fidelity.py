@@ -593,6 +593,33 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
     assert given == replace(drawn, stall_per_prefill_step=0.01, stall_excess_s=(2.0,), stall_seed=11)
 
 
+def test_the_probe_length_forms_are_probe_steps_with_the_length_probes_points_as_a_ratio(cal, model_dir):
+    # hybrid's engine that streams on run 112: no stretch at the load probe's 1,024 tokens, which
+    # the length form refuses and the probe-length forms take
+    model = sf.step_model_from_calibration(cal)
+    engine_s = {256: 1.1 * model.predict(256), 3584: 0.9 * sum(model.chunked_prefill_steps_s(3584, 0, 2048))}
+    probe = {"streams": 1, "route": "colocated", "points": [[256, 1.03], [1536, 0.88], [3584, 0.95]],
+             "engine_s": {str(n): {"0": [t], "1": [t]} for n, t in engine_s.items()}}
+    record = {**cal, "host": {**OWN_STREAMS_HOST, "length_probe": probe, "load_probe": {"probe_prompt_tokens": 1024}},
+              "request_path": {"colocated_s": 0.0125, "disaggregated_s": 0.025}}
+    probed = {"step_scatter_prefill": [0.8, 1.0, 1.5], "step_scatter_decode": [0.9, 1.0, 2.0], EXCESS_KEY: 0.0007}
+
+    def host_of(form, rec=record):
+        return build_cluster(sf.sim_config_for("hybrid adaptive", load("hybrid.yaml"), rec, model_dir,
+                                               host_form=form, scatter=probed, scatter_seed=7), "hybrid adaptive").host
+    by_length = host_of("probe-length")
+    assert by_length == replace(host_of("probe-steps"), length_stretch=((256, 1.03), (1536, 0.88), (3584, 0.95)),
+                                length_reference_tokens=1024, length_shape="ratio")
+    alone = host_of("probe-length-alone")
+    assert alone == replace(by_length, length_alone=alone.length_alone)
+    assert [n for n, _ in alone.length_alone] == [256, 3584]
+    assert [f for _, f in alone.length_alone] == pytest.approx([1.1, 0.9])
+    with pytest.raises(ValueError, match="no stretch at the reference length"):  # the excess shape refuses it
+        replace(by_length, length_shape="excess")
+    with pytest.raises(ValueError, match="--host probe-steps"):  # a record from before the length probe
+        host_of("probe-length", {**record, "host": OWN_STREAMS_HOST})
+
+
 def test_the_top_up_form_draws_less_than_the_probes_and_other_forms_draw_as_given(cal, model_dir):
     record = _own_streams_record(cal)
     scatter = {"step_scatter_prefill": [0.7, 0.9, 1.0, 1.2, 2.0], "step_scatter_decode": [0.7, 0.9, 1.0, 1.2, 2.0]}

@@ -47,6 +47,22 @@ def test_a_prefill_only_engine_takes_its_own_points_when_probed_there():
     assert HOST.length_factor(1.6, [(256, 256)], beside=True) == HOST.length_factor(1.6, [(256, 256)])
 
 
+def test_the_ratio_shape_scales_the_whole_factor_and_takes_a_probe_without_stretch_at_the_reference():
+    # hybrid's engine that streams on run 112: x1.03 / 0.88 / 0.95, none at 1,024 tokens (joined: 0.94)
+    flat = replace(HOST, length_stretch=((256, 1.03), (1536, 0.88), (3584, 0.95)), length_shape="ratio")
+    reference = 1.03 + (0.88 - 1.03) * (1024 - 256) / (1536 - 256)
+    assert flat.length_factor(1.13, [(1024, 1024)]) == pytest.approx(1.13)  # the load probe's own prompt
+    assert flat.length_factor(1.13, [(1536, 1536)]) == pytest.approx(1.13 * 0.88 / reference)
+    assert flat.length_factor(1.13, [(256, 256), (768, 3584)]) == pytest.approx(
+        1.13 * (256 * 1.03 + 768 * 0.95) / 1024 / reference)
+    assert flat.length_factor(1.02, [(1536, 1536)]) == 1.0  # never below 1
+    assert flat.length_factor(1.0, [(256, 256)]) == 1.0  # an unstretched prefill stays unstretched
+    ratio = replace(HOST, length_shape="ratio")  # where the probe stretched: close to the excess shape
+    assert ratio.length_factor(1.6, [(256, 256)]) == pytest.approx(1.6 * 1.78 / (1 + 0.78 + (0.56 - 0.78) * 0.6))
+    with pytest.raises(ValueError, match="length_shape"):
+        replace(HOST, length_shape="log")
+
+
 def test_a_probe_point_below_one_is_no_excess():
     host = replace(HOST, length_stretch=((256, 1.5), (1536, 1.3), (3584, 0.95)))
     assert host.length_factor(1.6, [(3584, 3584)]) == 1.0
