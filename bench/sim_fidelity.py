@@ -184,9 +184,10 @@ STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
 # where they give them: probe-stretch the prefill's stretch beside another engine's decode steps
 # (`stretch_beside_decode`), not the load probe's TTFT ratio; probe-excess the lone stream's excess beside
 # another engine's prefill (`excess_beside_prefill`), not the bursts' excess beside its decode steps;
-# probe-steps both
-PROBE_STRETCH_FORMS = ("probe-stretch", "probe-steps")
-PROBE_EXCESS_FORMS = ("probe-excess", "probe-steps")
+# probe-steps both; and the probe-length forms (below) are probe-steps with more on top
+PROBE_LENGTH_FORMS = ("probe-length", "probe-length-alone")
+PROBE_STRETCH_FORMS = ("probe-stretch", "probe-steps", *PROBE_LENGTH_FORMS)
+PROBE_EXCESS_FORMS = ("probe-excess", "probe-steps", *PROBE_LENGTH_FORMS)
 PROBE_FORMS = ("probe-stretch", "probe-excess", "probe-steps")
 HOST_FORMS.update({form: HOST_FORMS["scatter-top-up"] for form in PROBE_FORMS})
 STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_FORMS})
@@ -194,12 +195,9 @@ STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_FORMS})
 # beside streams, the factor as a whole (host.LENGTH_RATIO, which takes a probe with no stretch at the
 # load probe's 1,024 tokens, as hybrid's engine that streams gives); probe-length-alone with the probe's
 # time alone over the calibrated steps besides, as length-alone
-PROBE_LENGTH_FORMS = ("probe-length", "probe-length-alone")
 HOST_FORMS.update({form: (*HOST_FORMS["probe-steps"], "length_probe", "length_probe_beside", "load_probe")
                    for form in PROBE_LENGTH_FORMS})
 STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_LENGTH_FORMS})
-PROBE_STRETCH_FORMS = (*PROBE_STRETCH_FORMS, *PROBE_LENGTH_FORMS)
-PROBE_EXCESS_FORMS = (*PROBE_EXCESS_FORMS, *PROBE_LENGTH_FORMS)
 DRAW_FORMS = ("stretch-draws",)
 SCATTER_FORMS = ("step-scatter", "scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)
 # form -> the form whose simulated steps' scatter it tops up

@@ -305,7 +305,7 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   probe-length-alone, every prefill step at the probe's time alone over its calibrated steps
   (`alone_factor`). The excess shape refuses a probe with no stretch at 1,024 tokens, which
   hybrid's engine that streams gives (x1.03 / 0.88 / 0.95 on run 112, x1.05 / 1.00 / 1.00 on run
-  114); the calibration's error by length is what its medium prompts needed: on run 112 they
+  114). Built for hybrid's medium prompts, taken then for a matter of length: on run 112 they
   prefilled on that engine at x0.92-1.10 of their calibrated step live and x1.06-1.30 under
   probe-steps, and the simulated router shipped 16-23 of 41 against 5-8 live. Built on run 114
   (`results/rates_v117`), four seeds: probe-length 32.25 of 36 pooled and 59.5 of 72 held out,
