@@ -41,8 +41,8 @@ def _counts(rows: Sequence[Mapping[str, Any]]) -> dict[Any, dict[str, dict[str, 
     return {**by_rate, ALL_RATES: totals} if totals else {}
 
 
-def _order(a: int, b: int, tie: float = 0.0) -> int:
-    """1 if a > b, -1 if a < b, 0 within `tie` of the larger."""
+def order(a: float, b: float, tie: float = 0.0) -> int:
+    """1 if a > b, -1 if a < b, 0 within `tie` of the larger (relative)."""
     if abs(a - b) <= tie * max(a, b):
         return 0
     return 1 if a > b else -1
@@ -56,9 +56,9 @@ def pair_orders(rows: Sequence[Mapping[str, Any]], tie: float = TIE) -> list[dic
         for a, b in combinations(systems, 2):
             live = (systems[a]["live"], systems[b]["live"])
             sim = (systems[a]["sim"], systems[b]["sim"])
-            live_order = _order(*live, tie)
+            live_order = order(*live, tie)
             out.append({"rate": rate, "pair": (a, b), "live": live, "sim": sim, "live_tie": live_order == 0,
-                        "agrees": live_order == 0 or _order(*sim) == live_order})
+                        "agrees": live_order == 0 or order(*sim) == live_order})
     return out
 
 

@@ -50,7 +50,8 @@ from bench.compare import RATES_SYSTEMS
 from bench.fidelity_ranking import met_slo
 from bench.live_spread import spread, spread_counts
 from bench.metrics import RequestRecord, SloSpec, pooled_summary, summarize
-from bench.pooled_measurements import DEFAULT_STRETCH, MEASUREMENTS, hardware_measurements_for, pooled_measurements
+from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_STRETCH, MEASUREMENTS, hardware_measurements_for,
+                                       pooled_measurements)
 from bench.rate_rounds import round_summaries
 from bench.speed_scaled import SPEED_FORMS, run_window, sweep_slowdowns
 from bench.host_speed import read_samples
@@ -81,7 +82,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          tolerance: float = TOLERANCE, progress: bool = True,
                          systems: Mapping[str, str] = RATES_SYSTEMS,
                          measurements: str = "own", speed: str = "none",
-                         stretch: str = DEFAULT_STRETCH,
+                         stretch: str = DEFAULT_STRETCH, growth: str = DEFAULT_GROWTH,
                          stalled: Collection[tuple[str, str, float]] = (),
                          stall_events: Mapping[str, Any] | None = None, seed_offset: int = 0) -> dict[str, Any]:
     """Both views (module docstring) of the rounds summary at `rounds_path`, for `systems`
@@ -91,7 +92,8 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     system and round and the rest over the systems of the same workers (`bench.pooled_measurements`).
     `speed`: "probe" scales each run's measurements by the host's slowdown during it against
     during them (`bench.speed_scaled`; the sweep's `host_speed` samples), "none" leaves them.
-    `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`).
+    `stretch`: the hardware form's reading of the prefill's stretch (`bench.pooled_measurements`);
+    `growth`: its pricing of further streams where a deployment ran no loops of the mix.
     `stalled`: (round, system, rate) of the live runs that held an engine stall
     (`bench.engine_stalls`), for the pool without them (`stall_free`). `stall_events`: engine
     stalls simulated as rare events (`bench.engine_stalls.stall_model`), round k's drawn from seed k.
@@ -112,7 +114,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
     if measurements == "pooled":
         per_round = [pooled_measurements(measured)] * len(measured)
     elif measurements == "hardware":
-        per_round = hardware_measurements_for(measured, systems, stretch)
+        per_round = hardware_measurements_for(measured, systems, stretch, growth)
     scatter_by_round: list[dict[str, Any]] | None = None
     if host_form in SCATTER_FORMS:  # the probe steps' scatter, pooled as the rest is
         scatter_by_round = sweep_scatter(rounds_path, top["round_dirs"], measured, systems, measurements)
@@ -162,7 +164,7 @@ def fidelity_over_rounds(rounds_path: Path, cal: Mapping[str, Any] | None, model
                          "per_metric": _per_metric(rest, live_k, sim_k, tolerance),
                          "per_rate": _per_rate(rest, live_k, sim_k, tolerance)})
     return {"rounds": top["round_dirs"], "tolerance": tolerance, "host_form": host_form, "stall_events": stall_events,
-            "measurements": measurements, "speed": speed, "stretch": stretch,
+            "measurements": measurements, "speed": speed, "stretch": stretch, "growth": growth,
             "host_slowdowns": None if slowdowns_by_round is None else
             [[[label, rate, f] for (label, rate), f in r.items()] for r in slowdowns_by_round],
             "pooled_rows": pooled_rows, "held_out": held_out,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from bench.compare import DEFAULT_OUTPUT_TOKENS, load_yaml, rates_workload
+from bench.fidelity_ranking import TIE, order
 from bench.host_speed import read_samples
 from bench.metrics import SloSpec, num_within_slos, pooled_summary, write_json, write_markdown
 from bench.paired import ROUTES
@@ -106,6 +107,19 @@ def simulated_rows(live: Mapping[str, Any], deployment: Mapping[str, Any], model
     return rows
 
 
+def same_winner(ratio_live: float | None, ratio_sim: float | None, tie: float = TIE) -> str:
+    """Whether the simulated auto / colocated ratio calls the live winner: "tie live" where the
+    live ratio lies within `tie` of 1 (any simulated answer matches it, as `bench.fidelity_ranking`
+    scores a pair), else "yes" or "no"; "-" where either ratio is missing. Without the band a
+    live x1.004 against a simulated x0.998 read as a wrong call."""
+    if ratio_live is None or ratio_sim is None:
+        return "-"
+    live = order(ratio_live, 1.0, tie)
+    if live == 0:
+        return "tie live"
+    return "yes" if order(ratio_sim, 1.0) == live else "no"
+
+
 def rows_markdown(rows: list[dict[str, Any]], num_requests: int) -> str:
     def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
@@ -117,12 +131,10 @@ def rows_markdown(rows: list[dict[str, Any]], num_requests: int) -> str:
     body = []
     for r in rows:
         live_range = r["ratio_live_pairs"]
-        same = None if r["ratio_sim"] is None or r["ratio_live"] is None else \
-            (r["ratio_sim"] > 1) == (r["ratio_live"] > 1)
         body.append([f"{r['rate']:g}", f"{count(r['colocated_ok_live'])} / {count(r['colocated_ok_sim'])}",
                      f"{count(r['auto_ok_live'])} / {count(r['auto_ok_sim'])}",
                      fmt(r["ratio_live"]) + (f" ({live_range[0]:.2f}-{live_range[1]:.2f})" if live_range else ""),
-                     fmt(r["ratio_sim"]), "-" if same is None else ("yes" if same else "no")])
+                     fmt(r["ratio_sim"]), same_winner(r["ratio_live"], r["ratio_sim"])])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in body])
 

@@ -58,6 +58,15 @@ The length probe (`bench.length_stretch`, read by the host forms by length) is, 
 form, pooled over the alike deployments too (`pooled_length_probe`: the median factor at each
 length, every part in the engine alone and beside streams), where the other forms keep the first
 round's (stop 62).
+
+A decode step's further streams are priced, where one engine decodes, by loops of the workload's
+own prompt mix (`bench.decode_growth`, the host's `step_excess_mix`); colocated runs no such loops
+(two engines decode), and its bursts' short streams miss how a step grows with long contexts. In
+the hardware form a shape without loops takes the sweep's other shapes' (`with_shared_decode_growth`,
+`--growth shared`, the default since stop 63; `--growth own` keeps its bursts'). Runs 114-117 under
+probe-steps, four seeds each: 123 of 144 figures within 20% pooled against 118, held out 201.5 of
+288 against 197.25; colocated's and adaptive's mean TPOT within 20% on 31 of 32 against 23. On
+run 117, measured after the change was built: 31.75 / 55.5 against 30.75 / 52.25.
 """
 from __future__ import annotations
 
@@ -84,6 +93,11 @@ DEFAULT_STRETCH = "flat"
 # router picks, and on a prefill-only engine.
 STRETCH_PROBES = (("load_stretch", "load_probe"), ("load_stretch_beside", "load_probe_beside"))
 
+# How the hardware form prices a decode step's further streams where a deployment has no loops of
+# the workload's mix of its own (`with_shared_decode_growth`): from the sweep's deployments that
+# measured them (shared), or from its own bursts (own)
+GROWTH_FORMS = ("own", "shared")
+DEFAULT_GROWTH = "shared"
 # What `bench.fidelity_rounds` simulates each round with: its own deployment's measurements, or
 # this module's pool over all rounds.
 MEASUREMENTS = ("own", "pooled", "hardware")
@@ -168,14 +182,18 @@ def with_stretch_draws(record: Mapping[str, Any], draws: Mapping[str, Sequence[f
 
 def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
                           shape_of: Mapping[str, str],
-                          stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
+                          stretch: str = DEFAULT_STRETCH,
+                          growth: str = DEFAULT_GROWTH) -> list[dict[str, dict[str, Any]]]:
     """Per round, label -> the record to simulate it with (module docstring, the hardware form):
     the step model's coefficients pooled over every record, the other figures over the records
     of the labels of the same `shape_of[label]` (any key naming a deployment's workers);
-    `stretch` "flat": the prefill's stretch one factor over the shape's probes (`flat_stretch`).
+    `stretch` "flat": the prefill's stretch one factor over the shape's probes (`flat_stretch`);
+    `growth` "shared": a shape without loops of the mix takes the other shapes' (`with_shared_decode_growth`).
     Raises ValueError where the records are not of one model, or a label has no shape."""
     if stretch not in STRETCH_FORMS:
         raise ValueError(f"stretch must be one of {STRETCH_FORMS}, got {stretch!r}")
+    if growth not in GROWTH_FORMS:
+        raise ValueError(f"growth must be one of {GROWTH_FORMS}, got {growth!r}")
     records = [(label, rec) for r in rounds for label, rec in r.items()]
     if not records:
         raise ValueError("hardware_measurements needs at least one record")
@@ -198,7 +216,39 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
         # every alike probe, for a form that draws the stretch instead of taking its median
         by_shape[shape] = with_stretch_draws(by_shape[shape], ratios)
         by_shape[shape] = with_pooled_length_probes(by_shape[shape], alike)
+    if growth == "shared":
+        by_shape = with_shared_decode_growth(by_shape)
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
+
+
+def with_shared_decode_growth(by_shape: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each shape's pooled record (`by_shape`), those without `step_excess_mix` (the decode steps'
+    excess in loops of the workload's own prompt mix, `bench.decode_growth`) given the median of
+    the shapes' that have it at each count (`_pool`), marked `step_excess_mix_shared`; as they are
+    where no shape has it. Re-expressed against the pooled step model already (`excesses_against`).
+
+    Why (stop 63): the loops run only where one engine decodes (hybrid, disaggregated); colocated
+    priced its further streams by the bursts' 128-token streams (`bench.host_cpu`), whose steps grew
+    0.15-0.29 ms a stream beside a busy engine and none alone (run 116). Its live engines' decode-only
+    steps grew 0.52-1.43 ms a stream over their calibration on run 115 and 0.67-0.98 on run 116 (each
+    round, each state of the other engine), and the simulated ones by the bursts' ~0.1: at 4-7 streams
+    they came out 0.78-0.86 of live, at 8 or more 0.66-0.68 (`bench.steps_beside`, run 116), and
+    colocated's mean TPOT 10-31% low at 8.79-10.3 req/s. Hybrid's loops grew 0.6-0.75 ms a stream.
+    A decode step's growth with its streams' contexts is the engine's on this host, measured in
+    the same sweep."""
+    measured = [rec["host"]["step_excess_mix"] for rec in by_shape.values()
+                if (rec.get("host") or {}).get("step_excess_mix")]
+    if not measured:
+        return {shape: dict(rec) for shape, rec in by_shape.items()}
+    shared = _pool(measured, "step_excess_mix")
+    out = {}
+    for shape, rec in by_shape.items():
+        host = rec.get("host") or {}
+        if not host or host.get("step_excess_mix"):
+            out[shape] = dict(rec)
+        else:
+            out[shape] = {**rec, "host": {**host, "step_excess_mix": shared, "step_excess_mix_shared": True}}
+    return out
 
 
 def pooled_length_probe(probes: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -270,12 +320,13 @@ def excesses_against(record: Mapping[str, Any], step: Mapping[str, float]) -> di
 
 def hardware_measurements_for(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
                               systems: Mapping[str, str],
-                              stretch: str = DEFAULT_STRETCH) -> list[dict[str, dict[str, Any]]]:
+                              stretch: str = DEFAULT_STRETCH,
+                              growth: str = DEFAULT_GROWTH) -> list[dict[str, dict[str, Any]]]:
     """`hardware_measurements` over the records of `systems` (label -> deployment config) only,
     each shaped by its config's workers (`deployment_shapes`)."""
     shapes = deployment_shapes(systems)
     return hardware_measurements([{label: rec for label, rec in r.items() if label in shapes} for r in rounds],
-                                 shapes, stretch)
+                                 shapes, stretch, growth)
 
 
 def deployment_shapes(systems: Mapping[str, str]) -> dict[str, str]:

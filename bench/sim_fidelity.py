@@ -45,7 +45,11 @@ with `--measurements hardware`, the default, with one step model pooled over eve
 the other figures pooled over the systems whose workers are the same (runs 50-53: 18, 14, 22 and 26
 of 36, against 13, 12, 23 and 25 with their own; held out 149 of 288 against 122). The hardware
 form reads the prefill's stretch beside streams as one factor over the alike deployments' probes
-(`--stretch flat`, the default since run 61: 15 of 24 pooled against 12 by counts).
+(`--stretch flat`, the default since run 61: 15 of 24 pooled against 12 by counts), and prices a
+colocated deployment's further streams by the decode growth that the sweep's deployments with one
+decoding engine measured in loops of the mix (`--growth shared`, the default since stop 63: runs
+114-117, 123 of 144 pooled against 118 with its own bursts, colocated's and adaptive's mean TPOT
+within 20% on 31 of 32 against 23).
 
 Engine stalls (`bench.engine_stalls`: a step at least 3x and 0.3 s over its calibrated time) are
 nothing the probes before a run measure. Where the sweep's `engine_stalls.json` lies beside its
@@ -83,8 +87,9 @@ from bench.host_cpu import measure_path_cpu
 from bench.host_load import measure_load_stretch
 from bench.length_stretch import measure_length_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
-from bench.pooled_measurements import (DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, MEASUREMENTS, STRETCH_FORMS,
-                                       STRETCH_PROBES, hardware_measurements_for, stretch_ratios)
+from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, GROWTH_FORMS,
+                                       MEASUREMENTS, STRETCH_FORMS, STRETCH_PROBES, hardware_measurements_for,
+                                       stretch_ratios)
 from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
@@ -177,7 +182,7 @@ STRETCH_RULE_FORMS["own-streams+mix"] = STRETCH_OWN_STREAMS
 HOST_FORMS["step-scatter"] = HOST_FORMS["own-streams+mix"]
 STRETCH_RULE_FORMS["step-scatter"] = STRETCH_OWN_STREAMS
 # step-scatter with the probes' scatter drawn only as far as the model's own steps (simulated under
-# own-streams+mix first) fall short of it (`bench.step_scatter.top_up`)
+# own-streams+mix first: this form without its draws) fall short of it (`bench.step_scatter.top_up`)
 HOST_FORMS["scatter-top-up"] = HOST_FORMS["own-streams+mix"]
 STRETCH_RULE_FORMS["scatter-top-up"] = STRETCH_OWN_STREAMS
 # scatter-top-up with medians read off the same probe steps (`bench.step_scatter.with_probe_medians`),
@@ -200,8 +205,9 @@ HOST_FORMS.update({form: (*HOST_FORMS["probe-steps"], "length_probe", "length_pr
 STRETCH_RULE_FORMS.update({form: STRETCH_OWN_STREAMS for form in PROBE_LENGTH_FORMS})
 DRAW_FORMS = ("stretch-draws",)
 SCATTER_FORMS = ("step-scatter", "scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)
-# form -> the form whose simulated steps' scatter it tops up
-TOP_UP_FORMS = {form: "own-streams+mix" for form in ("scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)}
+# The forms that draw only what the probes' scatter adds to the scatter of their own steps, simulated first
+# without the draws (for scatter-top-up that is own-streams+mix; a probe form keeps its probe medians)
+TOP_UP_FORMS = ("scatter-top-up", *PROBE_FORMS, *PROBE_LENGTH_FORMS)
 # The form for a run that saved no engine steps, whose scatter the default (a top-up form) draws from
 NO_STEPS_HOST_FORM = "own-streams+mix"
 LENGTH_FORMS = ("length", "length-alone", *PROBE_LENGTH_FORMS)
@@ -663,7 +669,8 @@ def alone_host(length_probe: Mapping[str, Any], length_probe_beside: Mapping[str
 def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
                    host_form: str = NO_STEPS_HOST_FORM, draw_seed: int = 0,
                    stalls: Mapping[str, Any] | None = None,
-                   scatter: Mapping[str, Any] | None = None, scatter_seed: int = 0) -> SimConfig:
+                   scatter: Mapping[str, Any] | None = None, scatter_seed: int = 0,
+                   draws: bool = True) -> SimConfig:
     """One simulation config (one policy entry, `label`) mirroring a CPU deployment config dict,
     with the calibration's host in `host_form` (one of HOST_FORMS; what was measured of it; by
     default the form that needs no scatter draws, which the command line's default takes).
@@ -671,7 +678,8 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
     as rare events (`bench.engine_stalls.stall_model`, with the run's own `stall_seed`).
     `scatter`: where a form scatters the steps (SCATTER_FORMS), the probe steps' draws and stalls
     (`bench.step_scatter.host_scatter`), drawn from `scatter_seed`; `stalls`, when given, replace
-    the probes' stalls.
+    the probes' stalls. `draws=False`: the form's host with the probe steps' medians and without
+    their draws and stalls (a top-up form's base, `run_scatter`).
 
     `model`: a directory with the served model's config.json (what `SimConfig.model` checks);
     the step times are the calibration's, given to `build_cluster` (see `simulate_system`)."""
@@ -719,14 +727,15 @@ def sim_config_for(label: str, deployment: Mapping[str, Any], cal: Mapping[str, 
         scatter = dict(scatter)
         stretch = scatter.pop(STRETCH_KEY, None)
         excess = scatter.pop(EXCESS_KEY, None)
-        host_spec.update({k: list(v) if isinstance(v, (list, tuple)) else v for k, v in scatter.items()},
-                         scatter_seed=scatter_seed)
+        if draws:
+            host_spec.update({k: list(v) if isinstance(v, (list, tuple)) else v for k, v in scatter.items()},
+                             scatter_seed=scatter_seed)
         if stretch is not None and host_form in PROBE_STRETCH_FORMS and host_spec.get("load_stretch"):
             # the probe steps' stretch at every count the load probe measured (they pool every count)
             host_spec["load_stretch"] = [[n, stretch] for n, _ in host_spec["load_stretch"]]
         if excess is not None and host_form in PROBE_EXCESS_FORMS:
             host_spec["step_excess_beside_prefill_s"] = excess
-        if "stall_excess_s" in scatter:  # the probes' stalls (bench.step_scatter), drawn from the run's seed too
+        if draws and "stall_excess_s" in scatter:  # the probes' stalls, drawn from the run's seed too
             host_spec["stall_seed"] = scatter_seed
     if host_form in PATH_SLOPE_FORMS and host_spec:  # the path's CPU per token is the slope here
         if "cpu_s_per_token" not in host_spec:
@@ -779,13 +788,17 @@ def run_scatter(host_form: str, scatter: Mapping[str, Any] | None, label: str,
                 workload: Workload, draw_seed: int = 0,
                 stalls: Mapping[str, Any] | None = None) -> Mapping[str, Any] | None:
     """The scatter draws one run of `host_form` takes: the probes' (`scatter`) as they are, or for a
-    top-up form (TOP_UP_FORMS) only what they add to its base form's own scatter, measured on
-    the same run simulated under that form first (`bench.step_scatter.top_up`)."""
+    top-up form (TOP_UP_FORMS) only what they add to the scatter of its own steps, measured on the
+    same run simulated first under the same form without the draws (`bench.step_scatter.top_up`).
+
+    Until stop 63 that first simulation ran under own-streams+mix for every top-up form, so a probe
+    form's draws were shrunk by the scatter of steps priced without its probe medians (colocated's
+    prefills stretched by the load probe's x1.6-1.8, not the probe steps' x1.3-1.5)."""
     if host_form not in TOP_UP_FORMS or not scatter:
         return scatter
     from bench.step_scatter import simulated_spread, top_up
 
-    base = sim_config_for(label, deployment, cal, model, TOP_UP_FORMS[host_form], draw_seed, stalls)
+    base = sim_config_for(label, deployment, cal, model, host_form, draw_seed, stalls, scatter, draws=False)
     cluster = build_cluster(base, label, step_model=step_model)
     result = simulate(workload, cluster, build_policy(base, label, cluster),
                       speed_by_role=base.policies[label].speed_by_role, keep_steps=True)
@@ -1265,7 +1278,8 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
     def scored(seed_offset: int, progress: bool = True) -> dict[str, Any]:
         return fidelity_over_rounds(live_path, cal, _default_model_dir(), args.host, args.tolerance,
                                     progress=progress, systems=systems_of(live), measurements=args.measurements,
-                                    speed=args.speed, stretch=args.stretch, stalled=stalled or (),
+                                    speed=args.speed, stretch=args.stretch, growth=args.growth,
+                                    stalled=stalled or (),
                                     stall_events=events, seed_offset=seed_offset)
     result = scored(0)
     n_rounds = len(result["rounds"])
@@ -1273,6 +1287,8 @@ def _main_rounds(live_path: Path, live: Mapping[str, Any], args: argparse.Namesp
                  "pooled": "the median of the system's measurements over all rounds",
                  "hardware": "the step model's median over every system and round, and the other "
                              "measurements' over the rounds of the systems with the same workers"}[args.measurements]
+    if args.measurements == "hardware" and args.growth == "shared":
+        with_what += "; a deployment without loops of the mix priced by the others' decode growth"
     if args.speed != "none":
         against = "its measurements" if args.speed == "probe" else "the sweep's runs"
         with_what += f", scaled by the host's slowdown during the run against {against} (bench.host_speed)"
@@ -1397,6 +1413,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --measurements hardware: the prefill's stretch beside streams as one factor "
                          "over every probe of the deployments alike (flat, the default), or the probe's "
                          "median at each count of streams (counts); bench.pooled_measurements.flat_stretch")
+    ap.add_argument("--growth", choices=GROWTH_FORMS, default=None,
+                    help="with --measurements hardware: a deployment that ran no loops of the workload's mix "
+                         "(colocated: two engines decode) prices its decode steps' further streams by the "
+                         "sweep's other deployments' loops (shared, the default) or by its own bursts (own); "
+                         "bench.pooled_measurements.with_shared_decode_growth")
     ap.add_argument("--stalls", default=None,
                     help=f"a --rounds sweep: the runs' engine stalls (bench.engine_stalls; default: {STALLS_FILE} "
                          f"beside --live, where there is one), for the pool without the rounds that held one")
@@ -1414,10 +1435,12 @@ def main(argv: list[str] | None = None) -> int:
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
-    if args.stretch is not None and args.measurements != "hardware":
-        print("bench.sim_fidelity: --stretch applies to --measurements hardware", file=sys.stderr)
-        return 2
+    for name in ("stretch", "growth"):
+        if getattr(args, name) is not None and args.measurements != "hardware":
+            print(f"bench.sim_fidelity: --{name} applies to --measurements hardware", file=sys.stderr)
+            return 2
     args.stretch = args.stretch or DEFAULT_STRETCH
+    args.growth = args.growth or DEFAULT_GROWTH
     if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":
         print("bench.sim_fidelity: --measurements pooled needs a --rounds sweep's summary", file=sys.stderr)
         return 2
@@ -1448,7 +1471,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.sim_fidelity: {err}", file=sys.stderr)
             return 2
     if args.measurements == "hardware" and measured:  # one round: pooled over its systems only
-        measured = hardware_measurements_for([measured], systems_of(live), args.stretch)[0]
+        measured = hardware_measurements_for([measured], systems_of(live), args.stretch, args.growth)[0]
         live = {**live, "measured": measured}
     cal = None
     if args.calibration:

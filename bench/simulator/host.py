@@ -297,7 +297,10 @@ load-path from run 25, load-batch from run 29, load-beside from run 32, path-cor
   under probe-excess, 56-73% under scatter-top-up. Runs 97-103, four seeds: probe-steps 139.75 of
   192 pooled and 381.5 of 576 held out (scatter-top-up 122.75 and 342.25, probe-stretch 137 and
   368.75, probe-excess 127.75 and 356.75); fresh on run 104, 12.75 of 24 and 21.75 of 48 (10.25,
-  19), on run 105 15.75 and 26.75 (14, 23.75). probe-steps is the default since stop 57.
+  19), on run 105 15.75 and 26.75 (14, 23.75). probe-steps is the default since stop 57. Their
+  top-up's first simulation (whose steps' scatter the draws are shrunk by) ran under
+  own-streams+mix until stop 63, without their probe medians; since then under the same form
+  without the draws (`bench.sim_fidelity.run_scatter`).
 - probe-length and probe-length-alone (`--host probe-length`, `--host probe-length-alone`; stop
   62): probe-steps with a stretched prefill scaled by its prompt's length as the length probe
   measured it, the factor as a whole (`length_shape` LENGTH_RATIO: the probe's factor at the

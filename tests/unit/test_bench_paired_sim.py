@@ -104,3 +104,11 @@ def test_the_replay_takes_the_deployment_the_pairs_recorded_else_the_config_file
     assert ps.deployment_of({"config": "configs/colocated.yaml", "deployment": recorded}) == recorded
     # without it, the config file as it reads now
     assert ps.deployment_of({"config": "configs/colocated.yaml"})["name"] == "pd-serve-colocated"
+
+
+def test_same_winner_reads_a_live_ratio_near_one_as_a_tie():
+    # a live x1.02 is within fidelity_ranking's 3% band: either simulated answer matches it
+    assert ps.same_winner(1.02, 0.95) == "tie live" and ps.same_winner(0.98, 1.10) == "tie live"
+    assert ps.same_winner(1.10, 1.01) == "yes" and ps.same_winner(1.10, 0.99) == "no"
+    assert ps.same_winner(0.90, 0.97) == "yes" and ps.same_winner(0.90, 1.05) == "no"
+    assert ps.same_winner(None, 1.2) == "-" and ps.same_winner(1.2, None) == "-"

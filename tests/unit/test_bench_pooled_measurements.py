@@ -217,3 +217,31 @@ def test_hardware_shifts_the_mix_loops_points_at_their_own_context(cal):  # noqa
     at_burst = own.predict(0, 0, [EXCESS_CONTEXT_TOKENS] * 4) - pooled.predict(0, 0, [EXCESS_CONTEXT_TOKENS] * 4)
     assert shift[1] > 2 * at_burst
     assert out["a"]["host"]["step_excess_mix"] == [[1, pytest.approx(0.001)], [4, pytest.approx(0.002)]]
+
+
+def test_hardware_gives_a_deployment_without_loops_of_the_mix_the_others_decode_growth(cal):  # noqa: F811
+    # hybrid ran the loops (one engine decodes), colocated only the bursts: under the default growth
+    # colocated takes hybrid's points, marked shared; under "own" it keeps none and prices its bursts'
+    def rec(mix: list | None) -> dict:
+        host = {"num_cores": 2, "step_excess_batch": [[4, 0.001]]}
+        if mix is not None:
+            host["step_excess_mix"] = mix
+        return {**cal, "host": host}
+
+    shapes = {"colocated": "two both", "hybrid": "prefill + both"}
+    rounds = [{"colocated": rec(None), "hybrid": rec([[1, 0.001], [6, 0.004]])},
+              {"colocated": rec(None), "hybrid": rec([[1, 0.002], [6, 0.006]])}]
+    shared = hardware_measurements(rounds, shapes)
+    for r in shared:
+        assert r["colocated"]["host"]["step_excess_mix"] == r["hybrid"]["host"]["step_excess_mix"] == [
+            [1, pytest.approx(0.0015)], [6, pytest.approx(0.005)]]
+        assert r["colocated"]["host"]["step_excess_mix_shared"] is True
+        assert "step_excess_mix_shared" not in r["hybrid"]["host"]
+        assert r["colocated"]["host"]["step_excess_batch"] == [[4, pytest.approx(0.001)]]  # kept, unread then
+    own = hardware_measurements(rounds, shapes, growth="own")
+    assert all("step_excess_mix" not in r["colocated"]["host"] for r in own)
+    # nothing to share where no deployment ran the loops
+    alone = hardware_measurements([{"colocated": rec(None)}], {"colocated": "two both"})
+    assert "step_excess_mix" not in alone[0]["colocated"]["host"]
+    with pytest.raises(ValueError, match="growth must be one of"):
+        hardware_measurements(rounds, shapes, growth="mine")

@@ -50,3 +50,10 @@ def test_rounds_rotate_which_system_runs_first():
 def test_nothing_to_pool_is_an_error():
     with pytest.raises(ValueError):
         pool_rounds([], [1.0], SloSpec(), ("colocated",))
+
+
+def test_the_comparison_table_keeps_a_rate_of_ten_and_more_apart_from_its_neighbours():
+    from bench.compare import rows_markdown
+
+    table = rows_markdown([{"rate": 10.3, "system": "colocated", "goodput_rps": 6.057, "met_slo": 299}])
+    assert "| 10.3 | colocated | 6.057 | 299 |" in table

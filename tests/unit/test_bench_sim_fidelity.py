@@ -588,6 +588,10 @@ def test_the_step_scatter_form_is_own_streams_with_mix_and_the_probe_steps_draws
         drawn, load_stretch=((1, 1.2),), step_excess_beside_prefill_s=0.0007)
     assert host_of(host_form="scatter-top-up", scatter=probed, scatter_seed=7) == drawn
     assert host_of(host_form="probe-stretch", scatter=probed, scatter_seed=7) == stretched
+    # without the draws (a top-up form's base): the probe medians, and neither the draws nor the probes' stalls
+    assert host_of(host_form="probe-steps", scatter={**probed, **stalls}, scatter_seed=7, draws=False) == replace(
+        host_of(host_form="own-streams+mix"), load_stretch=((1, 1.2),), step_excess_beside_prefill_s=0.0007)
+    assert host_of(host_form="scatter-top-up", scatter=probed, draws=False) == host_of(host_form="own-streams+mix")
     events = {"stall_per_prefill_step": 0.01, "stall_excess_s": [2.0], "stall_seed": 11}
     given = host_of(host_form="scatter-top-up", scatter={**scatter, **stalls}, scatter_seed=7, stalls=events)
     assert given == replace(drawn, stall_per_prefill_step=0.01, stall_excess_s=(2.0,), stall_seed=11)
@@ -635,6 +639,24 @@ def test_the_top_up_form_draws_less_than_the_probes_and_other_forms_draw_as_give
     assert topped != scatter
 
 
+def test_a_top_up_forms_base_is_the_same_form_without_its_draws(cal, model_dir, monkeypatch):
+    record = _own_streams_record(cal)
+    scatter = {"step_scatter_prefill": [0.7, 0.9, 1.0, 1.2, 2.0], "step_scatter_decode": [0.7, 0.9, 1.0, 1.2, 2.0],
+               EXCESS_KEY: 0.0007}
+    deployment, model = load("hybrid.yaml"), sf.step_model_from_calibration(cal)
+    asked = []
+    real = sf.sim_config_for
+
+    def spy(*args, **kw):
+        asked.append((args[4], args[7] if len(args) > 7 else kw.get("scatter"), kw.get("draws", True)))
+        return real(*args, **kw)
+    monkeypatch.setattr(sf, "sim_config_for", spy)
+    sf.run_scatter("probe-steps", scatter, "hybrid adaptive", deployment, record, model_dir, model,
+                   rates_workload(6.0, 60, 16))
+    # the base keeps the probe medians (here the excess beside a prefill), not own-streams+mix's host
+    assert asked == [("probe-steps", scatter, False)]
+
+
 def test_a_runs_scattered_config_is_its_base_config_with_the_runs_draws(cal, model_dir):
     record = _own_streams_record(cal)
     scatter = {"step_scatter_prefill": [0.7, 0.9, 1.0, 1.2, 2.0], "step_scatter_decode": [0.7, 0.9, 1.0, 1.2, 2.0]}
@@ -667,11 +689,13 @@ def test_the_default_form_scatters_where_the_sweep_saved_engine_steps_and_says_s
     assert sf.sweep_system_dirs(tmp_path / "summary.json", summary) == [saved, unsaved]  # hybrid never ran
 
 
-def test_a_flat_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys):
+def test_a_flat_stretch_or_a_shared_growth_is_refused_outside_the_hardware_form(tmp_path, capsys):
     live = tmp_path / "summary.json"
     live.write_text(json.dumps({"experiment": "rates", "rates": [1.0], "summaries": {}}))
     assert sf.main(["--live", str(live), "--measurements", "own", "--stretch", "flat"]) == 2
     assert "--stretch applies to --measurements hardware" in capsys.readouterr().err
+    assert sf.main(["--live", str(live), "--measurements", "own", "--growth", "shared"]) == 2
+    assert "--growth applies to --measurements hardware" in capsys.readouterr().err
 
 
 def test_the_load_probe_goes_to_an_engine_that_streams_where_there_is_one():
