@@ -221,6 +221,16 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
 
 
+def hardware_only_error(measurements: str, given: Mapping[str, str | None]) -> str | None:
+    """What is wrong with the `given` options (name -> value, None where not given) that only the
+    hardware form reads (`--stretch`, `--growth`), with the measurements form `measurements`; None
+    where nothing is. Each round's own record holds its probes as measured: there is nothing to read."""
+    for name, value in given.items():
+        if value is not None and measurements != "hardware":
+            return f"--{name} applies to --measurements hardware"
+    return None
+
+
 def with_shared_decode_growth(by_shape: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each shape's pooled record (`by_shape`), those without `step_excess_mix` (the decode steps'
     excess in loops of the workload's own prompt mix, `bench.decode_growth`) given the median of

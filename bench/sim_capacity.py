@@ -1,7 +1,7 @@
 """The simulator's capacity for a live sweep's deployments, beside the capacity measured live.
 
     python -m bench.sim_capacity --live DIR/summary.json [--measurements hardware|own] [--seeds 1] [--stretch counts|flat]
-        [--host FORM]
+        [--growth shared|own] [--host FORM]
 
 `bench.compare --rates auto` sets its rates from the colocated deployment's capacity, measured
 live by a closed loop (bench.capacity). Past that capacity a queue that drains and one that
@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 
 from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
-from bench.pooled_measurements import DEFAULT_STRETCH, STRETCH_FORMS, hardware_measurements_for
+from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_STRETCH, GROWTH_FORMS, STRETCH_FORMS,
+                                       hardware_measurements_for, hardware_only_error)
 from bench.rate_rounds import round_summaries
 from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, NO_STEPS_HOST_FORM, SCATTER_FORMS,
                                 _default_model_dir, deployment_of, host_form_for, scattered_config, simulate_system,
@@ -35,16 +36,17 @@ FORMS = ("hardware", "own")
 
 
 def round_measurements(summaries: Sequence[Mapping[str, Any]], systems: Mapping[str, str], measurements: str,
-                       stretch: str = DEFAULT_STRETCH) -> list[dict[str, Any]]:
+                       stretch: str = DEFAULT_STRETCH, growth: str = DEFAULT_GROWTH) -> list[dict[str, Any]]:
     """Per round (`bench.rate_rounds.round_summaries`: one for a single sweep), label -> the
-    record the simulator uses; `systems`: the sweep's (`bench.sim_fidelity.systems_of`)."""
+    record the simulator uses; `systems`: the sweep's (`bench.sim_fidelity.systems_of`); `stretch`
+    and `growth`: the hardware form's readings (`bench.pooled_measurements.hardware_measurements`)."""
     measured = [s.get("measured") or {} for s in summaries]
     if not any(measured):
         raise ValueError("the sweep recorded no measurements of its deployments")
     if measurements == "own":
         return measured
     if measurements == "hardware":
-        return hardware_measurements_for(measured, systems, stretch)
+        return hardware_measurements_for(measured, systems, stretch, growth)
     raise ValueError(f"measurements must be one of {FORMS}, got {measurements!r}")
 
 
@@ -65,7 +67,7 @@ def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[s
 
 def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 1,
                   model: str | None = None, stretch: str = DEFAULT_STRETCH,
-                  host_form: str = NO_STEPS_HOST_FORM) -> list[list[str]]:
+                  host_form: str = NO_STEPS_HOST_FORM, growth: str = DEFAULT_GROWTH) -> list[list[str]]:
     """One row per system and round: the simulated capacity per draw of the mix."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -77,7 +79,7 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
     rows = []
     summaries = round_summaries(live_path, live)
     try:
-        per_round = round_measurements(summaries, systems_of(live), measurements, stretch)
+        per_round = round_measurements(summaries, systems_of(live), measurements, stretch, growth)
     except ValueError as error:
         raise ValueError(f"{live_path}: {error}") from None
     scatter = None
@@ -108,20 +110,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,
                     help="with --measurements hardware: the prefill's stretch as bench.sim_fidelity --stretch "
                          f"reads it ({DEFAULT_STRETCH} unless given)")
+    ap.add_argument("--growth", choices=GROWTH_FORMS, default=None,
+                    help="with --measurements hardware: a deployment's further decode streams priced as "
+                         f"bench.sim_fidelity --growth prices them ({DEFAULT_GROWTH} unless given)")
     ap.add_argument("--host", choices=sorted(HOST_FORMS), default=None,
                     help=f"the host model's form, as bench.sim_fidelity --host (default {DEFAULT_HOST_FORM}, or "
                          f"{NO_STEPS_HOST_FORM} for a sweep that saved no engine steps)")
     args = ap.parse_args(argv)
-    if args.stretch is not None and args.measurements != "hardware":
-        # each round's own record holds its probe's points as measured: there is nothing to read
-        print("bench.sim_capacity: --stretch applies to --measurements hardware", file=sys.stderr)
+    wrong = hardware_only_error(args.measurements, {"stretch": args.stretch, "growth": args.growth})
+    if wrong:
+        print(f"bench.sim_capacity: {wrong}", file=sys.stderr)
         return 2
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
     try:
         args.host = host_form_for(args.host, sweep_system_dirs(live_path, live), "bench.sim_capacity")
         rows = capacity_rows(live_path, args.measurements, args.seeds, stretch=args.stretch or DEFAULT_STRETCH,
-                             host_form=args.host)
+                             host_form=args.host, growth=args.growth or DEFAULT_GROWTH)
     except (ValueError, FileNotFoundError) as err:  # a record or folder without what the form reads, named
         print(f"bench.sim_capacity: {err}", file=sys.stderr)
         return 2

@@ -89,7 +89,7 @@ from bench.length_stretch import measure_length_stretch
 from bench.metrics import RequestRecord, SloSpec, summarize, write_json
 from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_MEASUREMENTS, DEFAULT_STRETCH, GROWTH_FORMS,
                                        MEASUREMENTS, STRETCH_FORMS, STRETCH_PROBES, hardware_measurements_for,
-                                       stretch_ratios)
+                                       hardware_only_error, stretch_ratios)
 from bench.prefill_alone import alone_summary
 from bench.prefill_beside import measure_prefill_beside, probe_routes
 from bench.simulator.config import SimConfig, build_cluster, build_policy, sim_config_from_dict
@@ -1435,10 +1435,10 @@ def main(argv: list[str] | None = None) -> int:
 
     live_path = Path(args.live)
     live = json.loads(live_path.read_text())
-    for name in ("stretch", "growth"):
-        if getattr(args, name) is not None and args.measurements != "hardware":
-            print(f"bench.sim_fidelity: --{name} applies to --measurements hardware", file=sys.stderr)
-            return 2
+    wrong = hardware_only_error(args.measurements, {"stretch": args.stretch, "growth": args.growth})
+    if wrong:
+        print(f"bench.sim_fidelity: {wrong}", file=sys.stderr)
+        return 2
     args.stretch = args.stretch or DEFAULT_STRETCH
     args.growth = args.growth or DEFAULT_GROWTH
     if live.get("experiment") != "rates-rounds" and args.measurements == "pooled":

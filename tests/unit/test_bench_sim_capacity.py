@@ -34,11 +34,26 @@ def test_a_sweep_without_measurements_is_refused(tmp_path, capsys):
     assert "no measurements" in capsys.readouterr().err
 
 
-def test_a_stretch_is_refused_outside_the_hardware_form(tmp_path, capsys, cal):  # noqa: F811
+def test_a_stretch_or_a_growth_is_refused_outside_the_hardware_form(tmp_path, capsys, cal):  # noqa: F811
     path = tmp_path / "own.json"
     write_summary(path, {"colocated": cal})
     assert main(["--live", str(path), "--measurements", "own", "--stretch", "counts"]) == 2
     assert "--stretch applies to --measurements hardware" in capsys.readouterr().err
+    assert main(["--live", str(path), "--measurements", "own", "--growth", "own"]) == 2
+    assert "--growth applies to --measurements hardware" in capsys.readouterr().err
+
+
+def test_the_growth_reaches_the_hardware_measurements(cal):  # noqa: F811
+    # as bench.sim_fidelity --growth: colocated, with no loops of the mix, takes hybrid's (shared) or none (own)
+    from bench.sim_capacity import round_measurements
+    host = {"num_cores": 2, "step_excess_batch": [[4, 0.001]]}
+    measured = {"colocated": {**cal, "host": host},
+                "hybrid": {**cal, "host": {**host, "step_excess_mix": [[1, 0.001], [6, 0.004]]}}}
+    systems = {label: str(ROOT / f"configs/{label}.yaml") for label in measured}
+    [shared] = round_measurements([{"measured": measured}], systems, "hardware")
+    [own] = round_measurements([{"measured": measured}], systems, "hardware", growth="own")
+    assert shared["colocated"]["host"]["step_excess_mix_shared"] is True
+    assert "step_excess_mix" not in own["colocated"]["host"]
 
 
 def test_a_rounds_sweep_reads_each_rounds_measurements(tmp_path, cal):  # noqa: F811
