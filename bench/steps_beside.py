@@ -1,15 +1,15 @@
 """Engine steps live and simulated, over their calibrated time, by what the other engines did meanwhile.
 
     python -m bench.steps_beside --live DIR/summary.json [--system "hybrid adaptive"]
-        [--host FORM] [--rounds N] [--out FILE.json]
+        [--host FORM] [--measurements hardware|own] [--growth shared|own] [--rounds N] [--out FILE.json]
 
 The fidelity table (`bench.sim_fidelity`) says how far a simulated percentile lies from the live
 one; it cannot say which step the host model prices wrong, and two errors of opposite sign can
 meet in a figure that fits. This module sets each engine step of a live rates sweep (the engines'
 own iteration details, `<round>/<system>/engine_steps.json`, saved by `bench.compare`) beside the
-simulator's steps of the same workload (`simulate(..., keep_steps=True)`, each round with its own
-measurements and the host form asked for), both over the calibrated step model's time for what
-the step computed, grouped by:
+simulator's steps of the same workload (`simulate(..., keep_steps=True)`, each round with the
+measurements `bench.sim_fidelity` takes, pooled over the sweep by default, and the host form
+asked for), both over that step model's time for what the step computed, grouped by:
 - the engine's role, and the step's kind: a prefill step (a prompt's chunk in it) or decode-only;
 - what the other engines did over it: prefilling for more than half of it, in decode-only steps
   for more than half, idle throughout, or a mix;
@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from bench.compare import rates_workload
-from bench.engine_stalls import decode_context, saved_steps
+from bench.engine_stalls import STEPS_FILE, decode_context, saved_steps
 from bench.metrics import RequestRecord, write_json
+from bench.pooled_measurements import DEFAULT_GROWTH, DEFAULT_MEASUREMENTS, GROWTH_FORMS, hardware_only_error
 from bench.rate_rounds import round_summaries
 from bench.simulator.config import build_cluster, build_policy
 from bench.simulator.simulator import StepRecord, simulate
@@ -52,6 +53,9 @@ GAP_S = 0.05  # a next step starting within this of a step's end follows it (the
 MIN_STEPS = 10  # a group with fewer steps on both sides is left out of the table
 DECODE_BUCKETS = ((0, "0"), (1, "1"), (3, "2-3"), (7, "4-7"), (math.inf, "8+"))
 NEIGHBOUR_STATES = ("prefill", "decode", "idle", "mixed")
+# The measurements a round is simulated with, as bench.sim_fidelity --measurements reads them
+# (its "pooled" form is not offered: it is the hardware form without the step model's wider pool).
+STEPS_MEASUREMENTS = ("hardware", "own")
 
 
 class Timed(NamedTuple):
@@ -221,14 +225,19 @@ def steps_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | None = None,
-                progress: bool = True) -> tuple[dict[Any, list[float]], dict[Any, list[float]]]:
+                progress: bool = True, measurements: str = DEFAULT_MEASUREMENTS,
+                growth: str = DEFAULT_GROWTH) -> tuple[dict[Any, list[float]], dict[Any, list[float]]]:
     """Live and simulated step ratios (`step_ratios`) of `label` over the sweep's rounds (the
-    first `num_rounds`), every rate, each round simulated with its own measurements."""
-    from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, calibration_for, deployment_of,
-                                    live_run_shape, run_scatter, sim_config_for, step_model_from_calibration,
-                                    systems_of)
-    from bench.step_scatter import measured_probes, probes_host
+    first `num_rounds`), every rate, each round simulated with the measurements `bench.sim_fidelity`
+    would take (`measurements` "hardware", its default: pooled over the sweep, `growth` as its
+    --growth; "own": the round's own deployment's), the step ratios of both over that round's step model."""
+    from bench.pooled_measurements import hardware_measurements_for
+    from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, deployment_of, live_run_shape, run_scatter,
+                                    sim_config_for, step_model_from_calibration, systems_of)
+    from bench.step_scatter import sweep_scatter
 
+    if measurements not in STEPS_MEASUREMENTS:
+        raise ValueError(f"measurements must be one of {STEPS_MEASUREMENTS}, got {measurements!r}")
     live = json.loads(live_path.read_text())
     systems = systems_of(live)
     if label not in systems:
@@ -236,15 +245,22 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     live_groups: dict[Any, list[float]] = {}
     sim_groups: dict[Any, list[float]] = {}
     names = live.get("round_dirs") or ["."]
-    for name, summary in list(zip(names, round_summaries(live_path, live)))[:num_rounds]:
+    unsaved = [live_path.parent / name / label for name in names[:num_rounds]
+               if not (live_path.parent / name / label / STEPS_FILE).is_file()]
+    if unsaved:
+        raise FileNotFoundError(f"{unsaved[0]} holds no engine steps (a sweep saved before 2026-12-06?)")
+    summaries = round_summaries(live_path, live)
+    measured = [s.get("measured") or {} for s in summaries]
+    if any(label not in m for m in measured):
+        raise ValueError(f"{live_path}: a round holds no measurements of {label!r}")
+    per_round = hardware_measurements_for(measured, systems, growth=growth) if measurements == "hardware" else measured
+    # a scattering form draws from the probe steps, pooled as the other measurements are
+    scatter = sweep_scatter(live_path, names, measured, systems, measurements) if host_form in SCATTER_FORMS else None
+    for k, (name, summary) in list(enumerate(zip(names, summaries)))[:num_rounds]:
         system_dir = live_path.parent / name / label
-        saved = saved_steps(system_dir)
-        if saved is None:
-            raise FileNotFoundError(f"{system_dir} holds no engine steps (a sweep saved before 2026-12-06?)")
-        cal = calibration_for(summary, label, None)
+        saved = saved_steps(system_dir) or []
+        cal = per_round[k][label]
         model = step_model_from_calibration(cal)
-        # a scattering form draws from this deployment's own probe steps, as its other measurements are its own
-        scatter = probes_host(measured_probes(saved, cal, system_dir)) if host_form in SCATTER_FORMS else None
         deployment, model_dir = deployment_of(summary, label, systems[label]), _default_model_dir()
         for rate in live["rates"]:
             records = [RequestRecord.from_dict(d) for d in
@@ -253,8 +269,9 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
             merge(live_groups, window_ratios(saved, run_window(records), model, context))
             num_requests, output_tokens = live_run_shape(summary["summaries"][label][f"rate={rate:g}"])
             workload = rates_workload(rate, num_requests, output_tokens)
+            draws = None if scatter is None else scatter[k].get(label)
             config = sim_config_for(label, deployment, cal, model_dir, host_form,
-                                    scatter=run_scatter(host_form, scatter, label, deployment, cal, model_dir,
+                                    scatter=run_scatter(host_form, draws, label, deployment, cal, model_dir,
                                                         model, workload))
             cluster = build_cluster(config, label, step_model=model)
             result = simulate(workload, cluster, build_policy(config, label, cluster),
@@ -274,19 +291,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system", default="hybrid adaptive", help="the system of the sweep to look at")
     parser.add_argument("--host", default=DEFAULT_HOST_FORM, choices=sorted(HOST_FORMS),
                         help="the simulator's host form (bench.simulator.host)")
+    parser.add_argument("--measurements", choices=STEPS_MEASUREMENTS, default=DEFAULT_MEASUREMENTS,
+                        help="simulate each round with the sweep's measurements pooled as bench.sim_fidelity "
+                             "pools them (hardware, the default) or with its own deployment's (own)")
+    parser.add_argument("--growth", choices=GROWTH_FORMS, default=None,
+                        help=f"with --measurements hardware: as bench.sim_fidelity --growth ({DEFAULT_GROWTH} "
+                             "unless given)")
     parser.add_argument("--rounds", type=int, default=None, help="only the first N rounds")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    wrong = hardware_only_error(args.measurements, {"growth": args.growth})
+    if wrong:
+        parser.error(wrong)
     try:
-        live, sim = sweep_steps(args.live, args.system, args.host, args.rounds)
+        live, sim = sweep_steps(args.live, args.system, args.host, args.rounds, measurements=args.measurements,
+                                growth=args.growth or DEFAULT_GROWTH)
     except (FileNotFoundError, ValueError) as error:
         print(f"bench.steps_beside: {error}", file=sys.stderr)
         return 2
     rows = summary_rows(live, sim)
-    print(f"\n{args.system} ({args.live}), host form {args.host}: each engine step's time over the calibrated "
-          f"model's for what it computed, median (p50) and p90, live beside simulated\n")
+    print(f"\n{args.system} ({args.live}), host form {args.host}, {args.measurements} measurements: each engine "
+          f"step's time over the calibrated model's for what it computed, median (p50) and p90, live beside "
+          f"simulated\n")
     print(steps_table(rows))
     total = {side: sum(len(v) for v in groups.values()) for side, groups in (("live", live), ("sim", sim))}
     print(f"\n{total['live']:,} live steps, {total['sim']:,} simulated; groups under {MIN_STEPS} steps on both "
@@ -297,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
               f"live {live_spread:.2f}, sim {sim_spread:.2f}")
     if args.out is not None:
         write_json(args.out, {"live": str(args.live), "system": args.system, "host_form": args.host,
-                              "rows": rows, "spread": {"live": live_spread, "sim": sim_spread}})
+                              "measurements": args.measurements, "rows": rows,
+                              "spread": {"live": live_spread, "sim": sim_spread}})
         print(f"wrote {args.out}")
     return 0
 

@@ -115,3 +115,9 @@ def test_the_command_refuses_a_system_the_sweep_did_not_serve_and_a_sweep_withou
     assert "holds no engine steps" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--live", str(live), "--rounds", "0"])
+    (tmp_path / "round_0" / "hybrid adaptive" / "engine_steps.json").write_text("{}")
+    assert main(["--live", str(live)]) == 2  # the round measured nothing before its run
+    assert "a round holds no measurements of 'hybrid adaptive'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # each round's own measurements: there is no growth to choose
+        main(["--live", str(live), "--measurements", "own", "--growth", "own"])
+    assert "--growth applies to --measurements hardware" in capsys.readouterr().err
