@@ -293,7 +293,7 @@ def sweep_scatter(rounds_path: Path, round_dirs: Sequence[str], measured: Sequen
         per_label = {label: medians(pooled(of_label(label)), of_label(label)) for label in labels}
         return [dict(per_label) for _ in round_dirs]
     if measurements == "own":
-        return [{label: medians(pooled([(k, label)]), [(k, label)]) for label in labels if (k, label) in by_deployment}
+        return [{label: probes_host(by_deployment[(k, label)]) for label in labels if (k, label) in by_deployment}
                 for k in range(len(round_dirs))]
     raise ValueError(f"measurements must be own, pooled or hardware, got {measurements!r}")
 
