@@ -102,6 +102,9 @@ DEFAULT_GROWTH = "shared"
 # this module's pool over all rounds.
 MEASUREMENTS = ("own", "pooled", "hardware")
 DEFAULT_MEASUREMENTS = "hardware"
+# What the tools that simulate a sweep round by round offer (`round_measurements`: bench.sim_capacity,
+# bench.steps_beside); "pooled" is the hardware form without the step model's wider pool.
+ROUND_FORMS = ("hardware", "own")
 # Keys whose values are raw samples or probe detail, not figures the simulator reads: kept as the
 # first round's (their medians would mean nothing).
 RAW_KEYS = frozenset({"samples", "load_probe", "load_probe_beside", "prefill_beside_probe", "decode_growth_probe",
@@ -219,6 +222,22 @@ def hardware_measurements(rounds: Sequence[Mapping[str, Mapping[str, Any]]],
     if growth == "shared":
         by_shape = with_shared_decode_growth(by_shape)
     return [{label: {**by_shape[shape_of[label]], **step} for label in r} for r in rounds]
+
+
+def round_measurements(summaries: Sequence[Mapping[str, Any]], systems: Mapping[str, str], measurements: str,
+                       stretch: str = DEFAULT_STRETCH, growth: str = DEFAULT_GROWTH) -> list[dict[str, Any]]:
+    """Per round (`bench.rate_rounds.round_summaries`: one for a single sweep), label -> the
+    record the simulator uses, in one of ROUND_FORMS; `systems`: the sweep's
+    (`bench.sim_fidelity.systems_of`); `stretch` and `growth`: the hardware form's readings
+    (`hardware_measurements`)."""
+    measured = [s.get("measured") or {} for s in summaries]
+    if not any(measured):
+        raise ValueError("the sweep recorded no measurements of its deployments")
+    if measurements == "own":
+        return measured
+    if measurements == "hardware":
+        return hardware_measurements_for(measured, systems, stretch, growth)
+    raise ValueError(f"measurements must be one of {ROUND_FORMS}, got {measurements!r}")
 
 
 def hardware_only_error(measurements: str, given: Mapping[str, str | None]) -> str | None:

@@ -23,31 +23,14 @@ from typing import Any, Mapping, Sequence
 
 from bench.capacity import steady_capacity
 from bench.compare import DEFAULT_OUTPUT_TOKENS, capacity_workload
-from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_STRETCH, GROWTH_FORMS, STRETCH_FORMS,
-                                       hardware_measurements_for, hardware_only_error)
+from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_STRETCH, GROWTH_FORMS, ROUND_FORMS, STRETCH_FORMS,
+                                       hardware_only_error, round_measurements)
 from bench.rate_rounds import round_summaries
 from bench.sim_fidelity import (DEFAULT_HOST_FORM, HOST_FORMS, NO_STEPS_HOST_FORM, SCATTER_FORMS,
                                 _default_model_dir, deployment_of, host_form_for, scattered_config, simulate_system,
                                 step_model_from_calibration, sweep_system_dirs, systems_of)
 from bench.step_scatter import sweep_scatter
 from pd_serve.report import format_table
-
-FORMS = ("hardware", "own")
-
-
-def round_measurements(summaries: Sequence[Mapping[str, Any]], systems: Mapping[str, str], measurements: str,
-                       stretch: str = DEFAULT_STRETCH, growth: str = DEFAULT_GROWTH) -> list[dict[str, Any]]:
-    """Per round (`bench.rate_rounds.round_summaries`: one for a single sweep), label -> the
-    record the simulator uses; `systems`: the sweep's (`bench.sim_fidelity.systems_of`); `stretch`
-    and `growth`: the hardware form's readings (`bench.pooled_measurements.hardware_measurements`)."""
-    measured = [s.get("measured") or {} for s in summaries]
-    if not any(measured):
-        raise ValueError("the sweep recorded no measurements of its deployments")
-    if measurements == "own":
-        return measured
-    if measurements == "hardware":
-        return hardware_measurements_for(measured, systems, stretch, growth)
-    raise ValueError(f"measurements must be one of {FORMS}, got {measurements!r}")
 
 
 def simulated_capacity(label: str, deployment: Mapping[str, Any], cal: Mapping[str, Any], model: str,
@@ -104,7 +87,7 @@ def capacity_rows(live_path: Path, measurements: str = "hardware", seeds: int = 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sim_capacity", description=__doc__.splitlines()[0])
     ap.add_argument("--live", required=True, help="a bench.compare rates summary.json (one round or --rounds)")
-    ap.add_argument("--measurements", choices=FORMS, default="hardware",
+    ap.add_argument("--measurements", choices=ROUND_FORMS, default="hardware",
                     help="the measurements pooled as bench.sim_fidelity pools them (hardware), or each round's own")
     ap.add_argument("--seeds", type=int, default=1, help="draws of the mix: the first is the live loop's")
     ap.add_argument("--stretch", choices=STRETCH_FORMS, default=None,

@@ -41,7 +41,8 @@ from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from bench.compare import rates_workload
 from bench.engine_stalls import STEPS_FILE, decode_context, saved_steps
 from bench.metrics import RequestRecord, write_json
-from bench.pooled_measurements import DEFAULT_GROWTH, DEFAULT_MEASUREMENTS, GROWTH_FORMS, hardware_only_error
+from bench.pooled_measurements import (DEFAULT_GROWTH, DEFAULT_MEASUREMENTS, GROWTH_FORMS, ROUND_FORMS,
+                                       hardware_only_error, round_measurements)
 from bench.rate_rounds import round_summaries
 from bench.simulator.config import build_cluster, build_policy
 from bench.simulator.simulator import StepRecord, simulate
@@ -53,9 +54,6 @@ GAP_S = 0.05  # a next step starting within this of a step's end follows it (the
 MIN_STEPS = 10  # a group with fewer steps on both sides is left out of the table
 DECODE_BUCKETS = ((0, "0"), (1, "1"), (3, "2-3"), (7, "4-7"), (math.inf, "8+"))
 NEIGHBOUR_STATES = ("prefill", "decode", "idle", "mixed")
-# The measurements a round is simulated with, as bench.sim_fidelity --measurements reads them
-# (its "pooled" form is not offered: it is the hardware form without the step model's wider pool).
-STEPS_MEASUREMENTS = ("hardware", "own")
 
 
 class Timed(NamedTuple):
@@ -231,13 +229,10 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     first `num_rounds`), every rate, each round simulated with the measurements `bench.sim_fidelity`
     would take (`measurements` "hardware", its default: pooled over the sweep, `growth` as its
     --growth; "own": the round's own deployment's), the step ratios of both over that round's step model."""
-    from bench.pooled_measurements import hardware_measurements_for
     from bench.sim_fidelity import (SCATTER_FORMS, _default_model_dir, deployment_of, live_run_shape, run_scatter,
                                     sim_config_for, step_model_from_calibration, systems_of)
     from bench.step_scatter import sweep_scatter
 
-    if measurements not in STEPS_MEASUREMENTS:
-        raise ValueError(f"measurements must be one of {STEPS_MEASUREMENTS}, got {measurements!r}")
     live = json.loads(live_path.read_text())
     systems = systems_of(live)
     if label not in systems:
@@ -253,12 +248,12 @@ def sweep_steps(live_path: Path, label: str, host_form: str, num_rounds: int | N
     measured = [s.get("measured") or {} for s in summaries]
     if any(label not in m for m in measured):
         raise ValueError(f"{live_path}: a round holds no measurements of {label!r}")
-    per_round = hardware_measurements_for(measured, systems, growth=growth) if measurements == "hardware" else measured
+    per_round = round_measurements(summaries, systems, measurements, growth=growth)
     # a scattering form draws from the probe steps, pooled as the other measurements are
     scatter = sweep_scatter(live_path, names, measured, systems, measurements) if host_form in SCATTER_FORMS else None
     for k, (name, summary) in list(enumerate(zip(names, summaries)))[:num_rounds]:
         system_dir = live_path.parent / name / label
-        saved = saved_steps(system_dir) or []
+        saved = saved_steps(system_dir)
         cal = per_round[k][label]
         model = step_model_from_calibration(cal)
         deployment, model_dir = deployment_of(summary, label, systems[label]), _default_model_dir()
@@ -291,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system", default="hybrid adaptive", help="the system of the sweep to look at")
     parser.add_argument("--host", default=DEFAULT_HOST_FORM, choices=sorted(HOST_FORMS),
                         help="the simulator's host form (bench.simulator.host)")
-    parser.add_argument("--measurements", choices=STEPS_MEASUREMENTS, default=DEFAULT_MEASUREMENTS,
+    parser.add_argument("--measurements", choices=ROUND_FORMS, default=DEFAULT_MEASUREMENTS,
                         help="simulate each round with the sweep's measurements pooled as bench.sim_fidelity "
                              "pools them (hardware, the default) or with its own deployment's (own)")
     parser.add_argument("--growth", choices=GROWTH_FORMS, default=None,

@@ -45,7 +45,7 @@ def test_a_stretch_or_a_growth_is_refused_outside_the_hardware_form(tmp_path, ca
 
 def test_the_growth_reaches_the_hardware_measurements(cal):  # noqa: F811
     # as bench.sim_fidelity --growth: colocated, with no loops of the mix, takes hybrid's (shared) or none (own)
-    from bench.sim_capacity import round_measurements
+    from bench.pooled_measurements import round_measurements
     host = {"num_cores": 2, "step_excess_batch": [[4, 0.001]]}
     measured = {"colocated": {**cal, "host": host},
                 "hybrid": {**cal, "host": {**host, "step_excess_mix": [[1, 0.001], [6, 0.004]]}}}
@@ -58,7 +58,7 @@ def test_the_growth_reaches_the_hardware_measurements(cal):  # noqa: F811
 
 def test_a_rounds_sweep_reads_each_rounds_measurements(tmp_path, cal):  # noqa: F811
     from bench.rate_rounds import round_summaries
-    from bench.sim_capacity import round_measurements
+    from bench.pooled_measurements import round_measurements
     for k, factor in enumerate((1.0, 2.0)):
         (tmp_path / f"round_{k}").mkdir()
         write_summary(tmp_path / f"round_{k}" / "summary.json", {"colocated": scaled_calibration(cal, factor)})
